@@ -1,0 +1,133 @@
+// Command api serves the hookline REST API. "api migrate" applies the
+// database migrations and exits; "api" (or "api serve") migrates when
+// configured to and serves until SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/httpapi"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/process"
+	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	cfg, rest, err := process.LoadConfig("api", args, os.Getenv)
+	if err != nil {
+		return err
+	}
+	log := process.NewLogger(cfg, os.Stderr, "api")
+	cmd := "serve"
+	if len(rest) > 0 {
+		cmd = rest[0]
+	}
+	switch cmd {
+	case "migrate":
+		return migrate(ctx, cfg.Database.URL, log)
+	case "serve":
+	default:
+		return fmt.Errorf("unknown command %q (want serve or migrate)", cmd)
+	}
+
+	deps, err := process.Connect(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer deps.Close()
+	if cfg.API.MigrateOnStart {
+		v, err := db.Migrate(ctx, deps.PG)
+		if err != nil {
+			return err
+		}
+		log.Info("schema up to date", "version", v)
+	}
+	if err := db.EnsurePartitions(ctx, deps.PG, 14); err != nil {
+		log.Warn("attempt partitions not ensured", "error", err)
+	}
+	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
+	pub := queue.NewPublisher(deps.AMQP, topo, 4)
+	dispatcher := outbox.NewDispatcher(deps.PG, pub, log)
+	relay := outbox.NewRelay(deps.PG, pub, log)
+	events := event.NewService(deps.PG, deps.Redis, cfg.Redis.KeyPrefix, dispatcher, log)
+	checks := deps.Checks()
+	checks["rabbitmq"] = pub.Check
+	srv, err := httpapi.New(httpapi.Deps{
+		Config:     cfg,
+		Log:        log,
+		Tenants:    tenant.NewStore(deps.PG),
+		Webhooks:   webhook.NewStore(deps.PG),
+		Events:     events,
+		Deliveries: delivery.NewReader(deps.PG),
+		Breaker:    breaker.New(deps.Redis, cfg.Redis.KeyPrefix),
+		Overrides:  breaker.NewOverrides(deps.PG),
+		Limits:     ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix),
+		Checks:     checks,
+	})
+	if err != nil {
+		return err
+	}
+
+	// Background parts stop after the HTTP server, so that events accepted
+	// during its drain still reach the dispatcher; the broker connection
+	// closes last.
+	amqpCtx, stopAMQP := context.WithCancel(context.Background())
+	amqpDone := make(chan error, 1)
+	go func() { amqpDone <- deps.AMQP.Run(amqpCtx) }()
+	defer func() { stopAMQP(); <-amqpDone }()
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	for _, part := range []func(context.Context) error{events.Run, dispatcher.Run, relay.Run,
+		func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }} {
+		bg.Add(1)
+		go func() { defer bg.Done(); _ = part(bgCtx) }()
+	}
+	defer func() { stopBG(); bg.Wait() }()
+
+	httpSrv := &http.Server{Addr: cfg.API.Addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("api listening", "addr", cfg.API.Addr, "database", process.RedactURL(cfg.Database.URL))
+	err = process.Serve(ctx, httpSrv, cfg.ShutdownGrace.D())
+	log.Info("api stopped")
+	return err
+}
+
+func migrate(ctx context.Context, url string, log *slog.Logger) error {
+	pool, err := db.Open(ctx, url, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	v, err := db.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := db.EnsurePartitions(ctx, pool, 14); err != nil {
+		return err
+	}
+	log.Info("schema up to date", "version", v)
+	return nil
+}

@@ -1,0 +1,47 @@
+// Command dlq owns hookline's dead-letter side: it consumes the dead-letter
+// queue and records exhausted deliveries and poison messages, and sweeps up
+// exhausted deliveries whose dead letter was lost, and exports the queue
+// depth and DLQ size gauges. It serves /metrics,
+// /healthz and /readyz on METRICS_ADDR and stops gracefully on SIGTERM.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/dlq"
+	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/process"
+	"github.com/hookline/hookline/internal/queue"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := process.RunService(ctx, "dlq", os.Args[1:], build); err != nil {
+		fmt.Fprintln(os.Stderr, "dlq:", err)
+		os.Exit(1)
+	}
+}
+
+func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks health.Checks) ([]process.Part, error) {
+	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
+	pub := queue.NewPublisher(deps.AMQP, topo, 1)
+	checks["rabbitmq"] = pub.Check
+	recorder := dlq.NewRecorder(deps.PG, log)
+	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
+		Queues:      []string{topo.DeadQueue()},
+		Prefetch:    32,
+		Concurrency: 4,
+		Grace:       cfg.ShutdownGrace.D(),
+	}, recorder.Handle)
+	gauges := dlq.NewGauges(deps.PG, deps.AMQP, topo, log)
+	partitions := func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }
+	return []process.Part{consumer.Run, dlq.NewSweeper(deps.PG, log).Run, gauges.Run, partitions}, nil
+}

@@ -1,0 +1,57 @@
+// Command worker is a hookline delivery worker: it consumes the priority
+// work queues, POSTs each delivery to its endpoint, records the attempt and
+// schedules what follows. Any number may run at once. It serves /metrics,
+// /healthz and /readyz on METRICS_ADDR and stops gracefully on SIGTERM.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/netguard"
+	"github.com/hookline/hookline/internal/process"
+	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/ratelimit"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := process.RunService(ctx, "worker", os.Args[1:], build); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks health.Checks) ([]process.Part, error) {
+	policy, err := netguard.NewPolicy(cfg.Network.AllowPrivateNetworks, cfg.Network.AllowCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	sender := delivery.NewSender(delivery.SenderConfig{
+		ConnectTimeout:  cfg.Worker.ConnectTimeout.D(),
+		MaxConnsPerHost: cfg.Worker.MaxConnsPerHost,
+		UserAgent:       delivery.UserAgent,
+	}, policy)
+	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
+	pub := queue.NewPublisher(deps.AMQP, topo, 4)
+	checks["rabbitmq"] = pub.Check
+	guard := delivery.NewGuard(breaker.New(deps.Redis, cfg.Redis.KeyPrefix), ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix), deps.PG, log)
+	w := delivery.NewWorker(deps.PG, sender, guard, pub, log)
+	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
+		Prefetch:    cfg.Worker.Prefetch,
+		Concurrency: cfg.Worker.Concurrency,
+		Grace:       cfg.ShutdownGrace.D(),
+	}, w.Handle)
+	metrics.WorkerCapacity.Set(float64(cfg.Worker.Concurrency))
+	return []process.Part{func(ctx context.Context) error { return w.Serve(ctx, consumer.Run) }}, nil
+}

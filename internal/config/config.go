@@ -1,0 +1,347 @@
+// Package config loads the typed configuration shared by the api, worker and
+// dlq processes: defaults, then a YAML file, then environment variables, then
+// validation. Packages never read the environment themselves; they receive the
+// part of Config they need.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration of every process.
+type Config struct {
+	// Env is "development" or "production". Production logs JSON and refuses
+	// the development admin token. Default "development".
+	Env string `yaml:"env"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+
+	Database Database `yaml:"database"`
+	Redis    Redis    `yaml:"redis"`
+	AMQP     AMQP     `yaml:"amqp"`
+	API      API      `yaml:"api"`
+	// MetricsAddr is where worker and dlq serve /metrics, /healthz and
+	// /readyz. Default 127.0.0.1:9091 (env METRICS_ADDR).
+	MetricsAddr string `yaml:"metrics_addr"`
+	// ShutdownGrace is how long a process lets in-flight work finish after
+	// SIGTERM before it gives the rest back. Default 25s.
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+
+	Worker   Worker   `yaml:"worker"`
+	Network  Network  `yaml:"network"`
+	Defaults Defaults `yaml:"defaults"`
+}
+
+// Worker configures the delivery workers.
+type Worker struct {
+	// Concurrency is the number of deliveries one worker process attempts
+	// at once. Default 256: endpoints that hang hold a slot until their
+	// timeout, so there must be room beside them for the healthy ones.
+	Concurrency int `yaml:"concurrency"`
+	// Prefetch bounds unacknowledged messages per priority queue; at least
+	// Concurrency, or the pool cannot fill. Default 256.
+	Prefetch int `yaml:"prefetch"`
+	// ConnectTimeout bounds connecting to an endpoint (DNS, TCP and TLS),
+	// separately from the attempt's own timeout. Default 10s.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
+	// MaxConnsPerHost bounds concurrent requests to one endpoint host:port,
+	// so that one slow endpoint cannot hold every worker; deliveries over it
+	// are postponed, not attempted. Default 5.
+	MaxConnsPerHost int `yaml:"max_conns_per_host"`
+}
+
+// Database configures the Postgres system of record.
+type Database struct {
+	// URL is a postgres:// connection string (env DATABASE_URL).
+	// Default postgres://postgres@127.0.0.1:5432/hookline?sslmode=disable.
+	URL string `yaml:"url"`
+	// MaxConns bounds the pool. Default 32.
+	MaxConns int32 `yaml:"max_conns"`
+}
+
+// Redis configures the Redis used for breakers, buckets and idempotency.
+type Redis struct {
+	// URL is a redis:// URL; its DB number is used (env REDIS_URL).
+	// Default redis://127.0.0.1:6379/0.
+	URL string `yaml:"url"`
+	// KeyPrefix is prepended to every key. Default "hookline:".
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+// AMQP configures RabbitMQ.
+type AMQP struct {
+	// URL is an amqp:// URL; its vhost is used (env AMQP_URL).
+	// Default amqp://guest:guest@127.0.0.1:5672/.
+	URL string `yaml:"url"`
+	// Prefix is prepended to every exchange and queue name. Default "hookline".
+	Prefix string `yaml:"prefix"`
+}
+
+// API configures the HTTP API process.
+type API struct {
+	// Addr is the listen address (env API_ADDR). Default 127.0.0.1:8080.
+	Addr string `yaml:"addr"`
+	// AdminToken authorises tenant administration (env ADMIN_TOKEN). Required;
+	// at least 16 characters in production.
+	AdminToken string `yaml:"admin_token"`
+	// MaxPayloadBytes is the largest accepted event body. Default 262144.
+	MaxPayloadBytes int64 `yaml:"max_payload_bytes"`
+	// RequireHTTPS refuses http:// webhook URLs. Default false.
+	RequireHTTPS bool `yaml:"require_https"`
+	// SecretRotationGrace is how long the previous secret keeps signing after
+	// a rotation. Default 24h.
+	SecretRotationGrace Duration `yaml:"secret_rotation_grace"`
+	// MigrateOnStart applies pending migrations when the api starts. Default true.
+	MigrateOnStart bool `yaml:"migrate_on_start"`
+	// AuthCacheTTL is how long a verified API key is trusted without asking
+	// the database again; 0 disables the cache. Default 5s.
+	AuthCacheTTL Duration `yaml:"auth_cache_ttl"`
+}
+
+// Network configures which endpoint addresses deliveries may reach.
+type Network struct {
+	// AllowPrivateNetworks lets webhooks point at loopback and private ranges
+	// (env ALLOW_PRIVATE_NETWORKS). For development and tests only. Default false.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
+	// AllowCIDRs lists ranges allowed even when private networks are not.
+	AllowCIDRs []string `yaml:"allow_cidrs"`
+}
+
+// Defaults are the per-tenant and per-webhook settings applied when a create
+// request leaves them out.
+type Defaults struct {
+	TenantRateLimit        RateLimit        `yaml:"tenant_rate_limit"`
+	TenantPublishRateLimit PublishRateLimit `yaml:"tenant_publish_rate_limit"`
+	WebhookRateLimit       RateLimit        `yaml:"webhook_rate_limit"`
+}
+
+// RateLimit is a token bucket expressed per minute.
+type RateLimit struct {
+	RequestsPerMinute int `yaml:"requests_per_minute" json:"requests_per_minute"`
+	Burst             int `yaml:"burst" json:"burst"`
+}
+
+// PublishRateLimit is a token bucket expressed per second.
+type PublishRateLimit struct {
+	RequestsPerSecond int `yaml:"requests_per_second" json:"requests_per_second"`
+	Burst             int `yaml:"burst" json:"burst"`
+}
+
+// Default returns the configuration used when nothing else is said.
+func Default() Config {
+	return Config{
+		Env:         "development",
+		LogLevel:    "info",
+		Database:    Database{URL: "postgres://postgres@127.0.0.1:5432/hookline?sslmode=disable", MaxConns: 32},
+		Redis:       Redis{URL: "redis://127.0.0.1:6379/0", KeyPrefix: "hookline:"},
+		AMQP:        AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefix: "hookline"},
+		MetricsAddr: "127.0.0.1:9091",
+		Worker: Worker{
+			Concurrency:     256,
+			Prefetch:        256,
+			ConnectTimeout:  Duration(10 * time.Second),
+			MaxConnsPerHost: 5,
+		},
+		ShutdownGrace: Duration(25 * time.Second),
+		API: API{
+			Addr:                "127.0.0.1:8080",
+			MaxPayloadBytes:     256 << 10,
+			SecretRotationGrace: Duration(24 * time.Hour),
+			MigrateOnStart:      true,
+			AuthCacheTTL:        Duration(5 * time.Second),
+		},
+		Defaults: Defaults{
+			TenantRateLimit:        RateLimit{RequestsPerMinute: 1000, Burst: 100},
+			TenantPublishRateLimit: PublishRateLimit{RequestsPerSecond: 1000, Burst: 2000},
+			WebhookRateLimit:       RateLimit{RequestsPerMinute: 100, Burst: 20},
+		},
+	}
+}
+
+// Load builds the configuration: defaults, then the YAML file at path (if
+// path is not empty), then environment variables looked up with getenv, then
+// validation.
+func Load(path string, getenv func(string) string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("read config file: %w", err)
+		}
+		if err := decodeFile(raw, &cfg); err != nil {
+			return Config{}, fmt.Errorf("parse config file %s: %w", path, err)
+		}
+	}
+	if err := cfg.applyEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// decodeFile decodes one YAML document into cfg, refusing unknown keys. A
+// second, non-empty document is refused rather than silently ignored.
+func decodeFile(raw []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	var extra yaml.Node
+	err := dec.Decode(&extra)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return err
+	case extra.Kind == yaml.DocumentNode && len(extra.Content) > 0 && extra.Content[0].Tag != "!!null":
+		return fmt.Errorf("line %d: only one YAML document is allowed", extra.Line)
+	}
+	return nil
+}
+
+func (c *Config) applyEnv(getenv func(string) string) error {
+	strs := map[string]*string{
+		"DATABASE_URL": &c.Database.URL,
+		"REDIS_URL":    &c.Redis.URL,
+		"AMQP_URL":     &c.AMQP.URL,
+		"API_ADDR":     &c.API.Addr,
+		"METRICS_ADDR": &c.MetricsAddr,
+		"ADMIN_TOKEN":  &c.API.AdminToken,
+		"HOOKLINE_ENV": &c.Env,
+		"LOG_LEVEL":    &c.LogLevel,
+		"AMQP_PREFIX":  &c.AMQP.Prefix,
+		"REDIS_PREFIX": &c.Redis.KeyPrefix,
+	}
+	for name, dst := range strs {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	if v := getenv("ALLOW_PRIVATE_NETWORKS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("config network.allow_private_networks (ALLOW_PRIVATE_NETWORKS): %q is not a boolean", v)
+		}
+		c.Network.AllowPrivateNetworks = b
+	}
+	if v := getenv("ALLOW_CIDRS"); v != "" {
+		c.Network.AllowCIDRs = strings.Split(v, ",")
+		for i, cidr := range c.Network.AllowCIDRs {
+			c.Network.AllowCIDRs[i] = strings.TrimSpace(cidr)
+		}
+	}
+	return nil
+}
+
+// Validate reports every bad setting, each naming the setting (and its
+// environment variable, where there is one), joined with errors.Join.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config %s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	if c.Env != "development" && c.Env != "production" {
+		bad("env", "must be development or production, got %q", c.Env)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	checkURL(bad, "database.url (DATABASE_URL)", c.Database.URL, "postgres", "postgresql")
+	checkURL(bad, "redis.url (REDIS_URL)", c.Redis.URL, "redis", "rediss")
+	checkURL(bad, "amqp.url (AMQP_URL)", c.AMQP.URL, "amqp", "amqps")
+	if c.Database.MaxConns < 2 || c.Database.MaxConns > 1000 {
+		bad("database.max_conns", "must be between 2 and 1000, got %d", c.Database.MaxConns)
+	}
+	checkAddr(bad, "api.addr (API_ADDR)", c.API.Addr)
+	checkAddr(bad, "metrics_addr (METRICS_ADDR)", c.MetricsAddr)
+	if c.API.AdminToken == "" {
+		bad("api.admin_token (ADMIN_TOKEN)", "is required")
+	} else if c.Env == "production" && len(c.API.AdminToken) < 16 {
+		bad("api.admin_token (ADMIN_TOKEN)", "must be at least 16 characters in production")
+	}
+	if c.API.MaxPayloadBytes < 1024 || c.API.MaxPayloadBytes > 10<<20 {
+		bad("api.max_payload_bytes", "must be between 1024 and 10485760, got %d", c.API.MaxPayloadBytes)
+	}
+	if c.API.SecretRotationGrace.D() < 0 || c.API.SecretRotationGrace.D() > 30*24*time.Hour {
+		bad("api.secret_rotation_grace", "must be between 0 and 720h")
+	}
+	if c.API.AuthCacheTTL.D() < 0 || c.API.AuthCacheTTL.D() > time.Hour {
+		bad("api.auth_cache_ttl", "must be between 0 and 1h")
+	}
+	if c.ShutdownGrace.D() <= 0 || c.ShutdownGrace.D() > 10*time.Minute {
+		bad("shutdown_grace", "must be between 1ms and 10m")
+	}
+	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10_000 {
+		bad("worker.concurrency", "must be between 1 and 10000, got %d", c.Worker.Concurrency)
+	}
+	if c.Worker.Prefetch < 1 || c.Worker.Prefetch > 10_000 {
+		bad("worker.prefetch", "must be between 1 and 10000, got %d", c.Worker.Prefetch)
+	}
+	if c.Worker.ConnectTimeout.D() < 100*time.Millisecond || c.Worker.ConnectTimeout.D() > time.Minute {
+		bad("worker.connect_timeout", "must be between 100ms and 1m")
+	}
+	if c.Worker.MaxConnsPerHost < 1 || c.Worker.MaxConnsPerHost > 1000 {
+		bad("worker.max_conns_per_host", "must be between 1 and 1000, got %d", c.Worker.MaxConnsPerHost)
+	}
+	if c.AMQP.Prefix == "" {
+		bad("amqp.prefix", "must not be empty")
+	}
+	for i, cidr := range c.Network.AllowCIDRs {
+		if _, err := netip.ParsePrefix(strings.TrimSpace(cidr)); err != nil {
+			bad(fmt.Sprintf("network.allow_cidrs[%d] (ALLOW_CIDRS)", i), "%q is not a CIDR", cidr)
+		}
+	}
+	checkRate(bad, "defaults.tenant_rate_limit", c.Defaults.TenantRateLimit.RequestsPerMinute, c.Defaults.TenantRateLimit.Burst)
+	checkRate(bad, "defaults.webhook_rate_limit", c.Defaults.WebhookRateLimit.RequestsPerMinute, c.Defaults.WebhookRateLimit.Burst)
+	checkRate(bad, "defaults.tenant_publish_rate_limit", c.Defaults.TenantPublishRateLimit.RequestsPerSecond, c.Defaults.TenantPublishRateLimit.Burst)
+	return errors.Join(errs...)
+}
+
+func checkURL(bad func(string, string, ...any), name, raw string, schemes ...string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		bad(name, "is not a valid URL")
+		return
+	}
+	for _, s := range schemes {
+		if u.Scheme == s {
+			return
+		}
+	}
+	bad(name, "scheme must be one of %s, got %q", strings.Join(schemes, ", "), u.Scheme)
+}
+
+func checkAddr(bad func(string, string, ...any), name, addr string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		bad(name, "must be host:port, got %q", addr)
+	}
+}
+
+func checkRate(bad func(string, string, ...any), name string, rate, burst int) {
+	if rate < 1 || rate > 10_000_000 {
+		bad(name, "rate must be between 1 and 10000000, got %d", rate)
+	}
+	if burst < 1 || burst > 10_000_000 {
+		bad(name, "burst must be between 1 and 10000000, got %d", burst)
+	}
+}

@@ -1,0 +1,123 @@
+// Package db owns the Postgres connection pool and the embedded schema
+// migrations of hookline.
+package db
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Open connects a pool to the database at url and checks that it answers.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping postgres: %w", err)
+	}
+	return pool, nil
+}
+
+// Migrate applies every pending migration. The migration library holds a
+// Postgres advisory lock while it works, so concurrent callers (several api
+// processes starting at once) are safe: one applies, the others wait and
+// find nothing left to do. It returns the schema version reached.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	return migrateDB(ctx, sqlDB)
+}
+
+func migrateDB(ctx context.Context, sqlDB *sql.DB) (uint, error) {
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return 0, fmt.Errorf("migration connection: %w", err)
+	}
+	driver, err := pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{})
+	if err != nil {
+		return 0, fmt.Errorf("migration driver: %w", err)
+	}
+	src, err := iofs.New(migrations, "migrations")
+	if err != nil {
+		return 0, fmt.Errorf("migration source: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		return 0, fmt.Errorf("migrator: %w", err)
+	}
+	defer m.Close()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return 0, fmt.Errorf("apply migrations: %w", err)
+	}
+	version, dirty, err := m.Version()
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if dirty {
+		return version, fmt.Errorf("schema version %d is dirty: a migration failed half-way and needs an operator", version)
+	}
+	return version, nil
+}
+
+// EnsurePartitions creates the daily attempt-log partitions for the coming
+// days. Every process calls it at start; RunPartitioner keeps it up.
+func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, daysAhead int) error {
+	if _, err := pool.Exec(ctx, `SELECT ensure_attempt_partitions($1)`, daysAhead); err != nil {
+		return fmt.Errorf("ensure attempt partitions: %w", err)
+	}
+	return nil
+}
+
+// SchemaFingerprint is a hash of the embedded migrations; test helpers name
+// their template databases after it so that a schema change makes a new one.
+func SchemaFingerprint() string {
+	h := sha256.New()
+	entries, _ := migrations.ReadDir("migrations")
+	for _, e := range entries {
+		b, _ := migrations.ReadFile("migrations/" + e.Name())
+		h.Write([]byte(e.Name()))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// RunPartitioner calls EnsurePartitions every hour until ctx ends, so that
+// a long-running deployment always has partitions two weeks ahead.
+func RunPartitioner(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if err := EnsurePartitions(ctx, pool, 14); err != nil && ctx.Err() == nil {
+			log.Warn("attempt partitions not ensured", "error", err)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package db_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/db/dbtest"
+)
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbtest.NewURL(t, false), 4)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	v1, err := db.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Positive(t, v1)
+	v2, err := db.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, v1, v2)
+	require.NoError(t, db.EnsurePartitions(ctx, pool, 14))
+	require.NoError(t, db.EnsurePartitions(ctx, pool, 14))
+}
+
+func TestMigrateConcurrentInProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t, false)
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := db.Open(ctx, url, 2)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			_, errs[i] = db.Migrate(ctx, pool)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// Two api processes started at once against an empty database: both must
+// succeed and the schema must be applied once.
+func TestMigrateTwoProcessesAtOnce(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "api")
+	build := exec.Command("go", "build", "-o", bin, "github.com/hookline/hookline/cmd/api")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	url := dbtest.NewURL(t, false)
+	cmds := make([]*exec.Cmd, 2)
+	outs := make([][]byte, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range cmds {
+		cmds[i] = exec.Command(bin, "migrate")
+		cmds[i].Env = append(os.Environ(), "DATABASE_URL="+url, "ADMIN_TOKEN=test-admin-token", "HOOKLINE_CONFIG=")
+		cmds[i].Dir = t.TempDir()
+	}
+	for i := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = cmds[i].CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	for i := range cmds {
+		require.NoError(t, errs[i], string(outs[i]))
+	}
+
+	pool, err := db.Open(context.Background(), url, 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	var version int
+	var dirty bool
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty))
+	require.False(t, dirty)
+	require.Positive(t, version)
+	var tables int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('tenants','webhooks','events','deliveries','batch_operations','circuit_breaker_states','api_keys')").Scan(&tables))
+	require.Equal(t, 7, tables)
+}
+
+// Terminal delivery states are final in the SQL itself.
+func TestTerminalDeliveryStatesAreFinal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	tenantID, webhookID, eventID := uuid.New(), uuid.New(), uuid.New()
+	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenantID)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+		VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, webhookID, tenantID)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+		VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, eventID, tenantID)
+	require.NoError(t, err)
+
+	for _, terminal := range []string{"succeeded", "exhausted", "cancelled"} {
+		for _, next := range []string{"pending", "retrying", "succeeded", "exhausted", "cancelled"} {
+			if next == terminal {
+				continue
+			}
+			id := uuid.New()
+			_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
+				id, tenantID, eventID, webhookID)
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, `UPDATE deliveries SET status = $2 WHERE id = $1`, id, terminal)
+			require.NoError(t, err, "pending -> %s", terminal)
+			_, err = pool.Exec(ctx, `UPDATE deliveries SET status = $2 WHERE id = $1`, id, next)
+			require.Error(t, err, "%s -> %s must be refused", terminal, next)
+			var status string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM deliveries WHERE id = $1`, id).Scan(&status))
+			require.Equal(t, terminal, status)
+		}
+	}
+}
+
+// The attempt log refuses a second record of one attempt number, even across
+// partitions.
+func TestAttemptNumberUniquePerDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	id := uuid.New()
+	insert := `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, duration_ms, scheduled_at, executed_at)
+		VALUES ($1, now(), 1, $2, $2, 5, now(), now())`
+	_, err := pool.Exec(ctx, insert, id, uuid.New())
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, duration_ms, scheduled_at, executed_at)
+		SELECT delivery_id, delivery_created_at, 1, tenant_id, webhook_id, 7, now(), now() FROM delivery_attempts WHERE delivery_id = $1`, id)
+	require.Error(t, err)
+	var partition string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM delivery_attempts WHERE delivery_id = $1`, id).Scan(&partition))
+	require.Regexp(t, `^delivery_attempts_\d{8}$`, partition, "today's attempts go to a daily partition, not the default one")
+}
+
+// A day whose attempts already landed in the default partition is skipped,
+// not an error that would stop every later start.
+func TestEnsurePartitionsSkipsDaysInTheDefaultPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	_, err := pool.Exec(ctx, `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, duration_ms, scheduled_at, executed_at)
+		VALUES ($1, now() + interval '20 days', 1, $1, $1, 1, now(), now())`, uuid.New())
+	require.NoError(t, err)
+	require.NoError(t, db.EnsurePartitions(ctx, pool, 25))
+	var inDefault int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts_default`).Scan(&inDefault))
+	require.Equal(t, 1, inDefault)
+	var partitions int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'delivery_attempts'::regclass`).Scan(&partitions))
+	require.Greater(t, partitions, 20, "the other days got their partitions")
+}

@@ -1,0 +1,151 @@
+// Package dbtest gives each test its own Postgres database, cloned from a
+// migrated template, and drops it when the test ends. Tests using it can run
+// in parallel, in one package or many.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/db"
+)
+
+// AdminURL is the maintenance database used to create and drop test
+// databases: $TEST_DATABASE_URL, or the local postgres database.
+func AdminURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// New returns a pool on a fresh, fully migrated database that is dropped
+// when t ends.
+func New(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	url := NewURL(t, true)
+	pool, err := db.Open(context.Background(), url, 8)
+	if err != nil {
+		t.Fatalf("open test database: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// NewURL creates a fresh database (migrated when migrated is true, else
+// empty) that is dropped when t ends, and returns its URL.
+func NewURL(t testing.TB, migrated bool) string {
+	t.Helper()
+	url, dropFn, err := Create(migrated)
+	if err != nil {
+		t.Fatalf("test database: %v", err)
+	}
+	t.Cleanup(dropFn)
+	return url
+}
+
+// Create makes a fresh database and returns its URL and the function that
+// drops it; for TestMain and examples, which have no testing.TB.
+func Create(migrated bool) (string, func(), error) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to postgres at %s: %w (is it running?)", AdminURL(), err)
+	}
+	defer admin.Close(ctx)
+	name := "hookline_test_" + randomHex(6)
+	stmt := "CREATE DATABASE " + name
+	if migrated {
+		tpl, err := ensureTemplate(ctx, admin)
+		if err != nil {
+			return "", nil, fmt.Errorf("template database: %w", err)
+		}
+		stmt += " TEMPLATE " + tpl
+	}
+	if _, err := admin.Exec(ctx, stmt); err != nil {
+		return "", nil, fmt.Errorf("create test database: %w", err)
+	}
+	return withDatabase(AdminURL(), name), func() { drop(name) }, nil
+}
+
+func drop(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+}
+
+// ensureTemplate creates the migrated template database once per schema
+// version, under an advisory lock so that parallel test binaries agree.
+func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
+	name := "hookline_tpl_" + db.SchemaFingerprint()
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock(727274)"); err != nil {
+		return "", err
+	}
+	defer admin.Exec(ctx, "SELECT pg_advisory_unlock(727274)") //nolint:errcheck
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	// Templates of older schema versions are of no further use.
+	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'hookline\\_tpl\\_%'")
+	if err != nil {
+		return "", err
+	}
+	old, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	for _, o := range old {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+o+" WITH (FORCE)")
+	}
+	building := name + "_building"
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+building); err != nil {
+		return "", err
+	}
+	pool, err := db.Open(ctx, withDatabase(AdminURL(), building), 2)
+	if err != nil {
+		return "", err
+	}
+	_, err = db.Migrate(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func withDatabase(raw, name string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(fmt.Sprintf("bad TEST_DATABASE_URL: %v", err))
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,414 @@
+package process_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/queue/queuetest"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binary builds the three commands once per test run and returns the path
+// of name.
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "hookline-bin-")
+		if buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/hookline/hookline/cmd/...").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return filepath.Join(binDir, name)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+// syncBuffer is the output of a process, written by exec's copier and read
+// by the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func start(t *testing.T, name string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary(t, name))
+	cmd.Dir = t.TempDir() // no config/hookline.yaml here: defaults plus env only
+	cmd.Env = append(os.Environ(), append([]string{"HOOKLINE_CONFIG=", "ADMIN_TOKEN=process-test-token"}, env...)...)
+	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	require.NoError(t, cmd.Start())
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// waitReady polls url until it answers 200.
+func waitReady(t *testing.T, p *proc, url string) {
+	t.Helper()
+	waitStatus(t, p, url, http.StatusOK, "")
+}
+
+// waitStatus polls url until it answers status with a body containing
+// want, failing after 30 s or if the process exits first. It returns the
+// body of that answer.
+func waitStatus(t *testing.T, p *proc, url string, status int, want string) string {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if res, err := http.Get(url); err == nil {
+			body := new(bytes.Buffer)
+			_, _ = body.ReadFrom(res.Body)
+			res.Body.Close()
+			if res.StatusCode == status && strings.Contains(body.String(), want) {
+				return body.String()
+			}
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("process exited while waiting for %d from %s: %v\n%s", status, url, err, p.out)
+		case <-deadline:
+			t.Fatalf("%s did not answer %d within 30s\n%s", url, status, p.out)
+		case <-tick.C:
+		}
+	}
+}
+
+func stopWithSIGTERM(t *testing.T, p *proc) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.done:
+		require.NoError(t, err, "clean exit after SIGTERM\n%s", p.out)
+		p.done <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit within 30s of SIGTERM\n%s", p.out)
+	}
+}
+
+// Each process starts, reports ready once Postgres, Redis and RabbitMQ
+// answer, serves its metrics, and exits 0 on SIGTERM.
+func TestProcessesStartServeAndStopOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t, false)
+	apiAddr := freeAddr(t)
+	api := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+apiAddr)
+	waitReady(t, api, "http://"+apiAddr+"/readyz")
+
+	for _, name := range []string{"worker", "dlq"} {
+		t.Run(name, func(t *testing.T) {
+			addr := freeAddr(t)
+			p := start(t, name, "DATABASE_URL="+dbURL, "METRICS_ADDR="+addr)
+			waitReady(t, p, "http://"+addr+"/readyz")
+			for _, path := range []string{"/healthz", "/metrics"} {
+				res, err := http.Get("http://" + addr + path)
+				require.NoError(t, err)
+				res.Body.Close()
+				require.Equal(t, http.StatusOK, res.StatusCode, path)
+			}
+			stopWithSIGTERM(t, p)
+		})
+	}
+	stopWithSIGTERM(t, api)
+}
+
+// With Redis unreachable the process still starts, and readiness names
+// Redis as what is down.
+func TestReadinessNamesTheDependencyThatIsDown(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t, false)
+	apiAddr := freeAddr(t)
+	deadRedis := freeAddr(t)
+	api := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+apiAddr, "REDIS_URL=redis://"+deadRedis+"/0")
+	body := waitStatus(t, api, "http://"+apiAddr+"/readyz", http.StatusServiceUnavailable, `"down":["redis"]`)
+	require.Contains(t, body, `"rabbitmq":"ok"`)
+	require.Contains(t, body, `"postgres":"ok"`)
+	stopWithSIGTERM(t, api)
+}
+
+// A bad setting stops the process at start with a message naming it.
+func TestBadConfigurationIsRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env, want string
+	}{
+		{"DATABASE_URL=mysql://x", "database.url (DATABASE_URL)"},
+		{"ALLOW_PRIVATE_NETWORKS=perhaps", "ALLOW_PRIVATE_NETWORKS"},
+		{"API_ADDR=8080", "api.addr (API_ADDR)"},
+		{"ADMIN_TOKEN=", "api.admin_token (ADMIN_TOKEN)"},
+	} {
+		for _, name := range []string{"api", "worker", "dlq"} {
+			p := start(t, name, tc.env)
+			select {
+			case err := <-p.done:
+				p.done <- err
+				require.Error(t, err, "%s with %s", name, tc.env)
+				require.Contains(t, p.out.String(), tc.want, "%s with %s", name, tc.env)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s with %s did not exit", name, tc.env)
+			}
+		}
+	}
+}
+
+// An api killed with SIGKILL after answering 202, before it could publish
+// anything (its broker address is dead), loses nothing: a fresh api's relay
+// publishes every delivery.
+func TestAcceptedEventsSurviveSIGKILL(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t, false)
+	topo := queuetest.NewTopology(t)
+	addr1 := freeAddr(t)
+	api1 := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr1, "AMQP_PREFIX="+topo.Prefix,
+		"AMQP_URL=amqp://guest:guest@"+freeAddr(t)+"/")
+	waitStatus(t, api1, "http://"+addr1+"/healthz", http.StatusOK, "")
+
+	base := "http://" + addr1
+	tenant := postJSON(t, base+"/v1/tenants", "process-test-token", `{"name": "acme"}`, http.StatusCreated)
+	key := tenant["api_key"].(string)
+	postJSON(t, base+"/v1/webhooks", key, `{"url": "https://8.8.8.8/a", "events": ["*"]}`, http.StatusCreated)
+	postJSON(t, base+"/v1/webhooks", key, `{"url": "https://8.8.8.8/b", "events": ["order.*"]}`, http.StatusCreated)
+	want := 0
+	for i := range 10 {
+		typ := []string{"order.created", "user.created"}[i%2]
+		res := postJSON(t, base+"/v1/events", key, fmt.Sprintf(`{"event_type": %q, "data": {"i": %d}}`, typ, i), http.StatusAccepted)
+		want += int(res["deliveries"].(float64))
+	}
+	require.Equal(t, 15, want)
+	require.NoError(t, api1.cmd.Process.Signal(syscall.SIGKILL))
+	<-api1.done
+	api1.done <- nil
+	require.Zero(t, depth(t, topo), "the killed api published nothing")
+
+	addr2 := freeAddr(t)
+	api2 := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr2, "AMQP_PREFIX="+topo.Prefix)
+	waitReady(t, api2, "http://"+addr2+"/readyz")
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for depth(t, topo) < want {
+		select {
+		case <-deadline:
+			t.Fatalf("relay published %d of %d deliveries within 30s\n%s", depth(t, topo), want, api2.out)
+		case <-tick.C:
+		}
+	}
+	require.Equal(t, want, depth(t, topo), "each delivery once")
+	stopWithSIGTERM(t, api2)
+}
+
+func depth(t *testing.T, topo queue.Topology) int {
+	n := 0
+	for _, p := range queue.Priorities {
+		n += queuetest.Depth(t, topo.WorkQueue(p))
+	}
+	return n
+}
+
+func postJSON(t *testing.T, url, token, body string, status int) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+	require.Equal(t, status, res.StatusCode, "%v", out)
+	return out
+}
+
+// system starts an api and returns its base URL and a tenant key with one
+// webhook to url.
+func startAPI(t *testing.T, dbURL string, topo queue.Topology, hookURL string) (string, string) {
+	t.Helper()
+	addr := freeAddr(t)
+	api := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr, "AMQP_PREFIX="+topo.Prefix, "ALLOW_PRIVATE_NETWORKS=true")
+	waitReady(t, api, "http://"+addr+"/readyz")
+	base := "http://" + addr
+	tenant := postJSON(t, base+"/v1/tenants", "process-test-token", `{"name": "acme"}`, http.StatusCreated)
+	key := tenant["api_key"].(string)
+	postJSON(t, base+"/v1/webhooks", key, fmt.Sprintf(`{"url": %q, "events": ["*"]}`, hookURL), http.StatusCreated)
+	return base, key
+}
+
+func startWorker(t *testing.T, dbURL string, topo queue.Topology, env ...string) *proc {
+	t.Helper()
+	addr := freeAddr(t)
+	w := start(t, "worker", append([]string{"DATABASE_URL=" + dbURL, "METRICS_ADDR=" + addr, "AMQP_PREFIX=" + topo.Prefix,
+		"ALLOW_PRIVATE_NETWORKS=true"}, env...)...)
+	waitReady(t, w, "http://"+addr+"/readyz")
+	return w
+}
+
+func deliveryState(t *testing.T, dbURL string) (status string, attempts, rows int) {
+	t.Helper()
+	pool, err := db.Open(context.Background(), dbURL, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT d.status, d.attempt_count,
+		(SELECT count(*) FROM delivery_attempts a WHERE a.delivery_id = d.id) FROM deliveries d`).Scan(&status, &attempts, &rows))
+	return status, attempts, rows
+}
+
+// A worker killed with SIGKILL in the middle of a delivery: another worker
+// delivers it, and the attempt is recorded once.
+func TestWorkerKilledMidDelivery(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 10)
+	var mu sync.Mutex
+	var attemptsSeen []string
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client going away
+		mu.Lock()
+		attemptsSeen = append(attemptsSeen, r.Header.Get("X-Webhook-Attempt"))
+		first := len(attemptsSeen) == 1
+		mu.Unlock()
+		if first {
+			arrived <- struct{}{}
+			<-r.Context().Done() // hold the first request until the worker dies
+			return
+		}
+	}))
+	defer rc.Close()
+	dbURL := dbtest.NewURL(t, false)
+	topo := queuetest.NewTopology(t)
+	base, key := startAPI(t, dbURL, topo, rc.URL)
+	w1 := startWorker(t, dbURL, topo)
+	postJSON(t, base+"/v1/events", key, `{"event_type": "order.created", "data": {"n": 1}}`, http.StatusAccepted)
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the first attempt never arrived\n%s", w1.out)
+	}
+	require.NoError(t, w1.cmd.Process.Signal(syscall.SIGKILL))
+	<-w1.done
+	w1.done <- nil
+
+	w2 := startWorker(t, dbURL, topo)
+	deadline := time.After(60 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if status, _, _ := deliveryState(t, dbURL); status == "succeeded" {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the delivery did not succeed after the worker was killed\n%s", w2.out)
+		case <-tick.C:
+		}
+	}
+	status, attempts, rows := deliveryState(t, dbURL)
+	require.Equal(t, "succeeded", status)
+	require.Equal(t, 1, attempts, "the killed attempt was never recorded, so the second is attempt 1")
+	require.Equal(t, 1, rows, "no attempt number recorded twice")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"1", "1"}, attemptsSeen, "the endpoint saw attempt 1 twice (at-least-once)")
+}
+
+// SIGTERM lets an in-flight attempt finish and be recorded before the
+// worker exits.
+func TestWorkerSIGTERMFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer rc.Close()
+	dbURL := dbtest.NewURL(t, false)
+	topo := queuetest.NewTopology(t)
+	base, key := startAPI(t, dbURL, topo, rc.URL)
+	w := startWorker(t, dbURL, topo)
+	postJSON(t, base+"/v1/events", key, `{"event_type": "order.created", "data": {}}`, http.StatusAccepted)
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the attempt never arrived\n%s", w.out)
+	}
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	time.AfterFunc(500*time.Millisecond, func() { close(release) })
+	select {
+	case err := <-w.done:
+		w.done <- err
+		require.NoError(t, err, w.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not exit\n%s", w.out)
+	}
+	status, attempts, rows := deliveryState(t, dbURL)
+	require.Equal(t, "succeeded", status, w.out.String())
+	require.Equal(t, 1, attempts)
+	require.Equal(t, 1, rows)
+}

@@ -1,0 +1,64 @@
+package tenant
+
+import (
+	"strings"
+
+	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/fielderr"
+)
+
+// Input is a create or update request for a tenant; nil fields were not given.
+type Input struct {
+	Name      *string `json:"name"`
+	RateLimit *struct {
+		RequestsPerMinute *int `json:"requests_per_minute"`
+		Burst             *int `json:"burst"`
+	} `json:"rate_limit"`
+	PublishRateLimit *struct {
+		RequestsPerSecond *int `json:"requests_per_second"`
+		Burst             *int `json:"burst"`
+	} `json:"publish_rate_limit"`
+}
+
+const (
+	maxNameLen  = 200
+	maxRate     = 10_000_000
+	maxBurstLen = 10_000_000
+)
+
+// Build applies in to base (for a create, a tenant holding the configured
+// default limits) and validates the result.
+func Build(base Tenant, in Input, creating bool) (Tenant, error) {
+	t := base
+	if in.Name != nil {
+		t.Name = strings.TrimSpace(*in.Name)
+	}
+	if (creating || in.Name != nil) && (t.Name == "" || len(t.Name) > maxNameLen) {
+		return Tenant{}, fielderr.New("name", "is required, at most %d characters", maxNameLen)
+	}
+	if rl := in.RateLimit; rl != nil {
+		setInt(&t.RateLimit.RequestsPerMinute, rl.RequestsPerMinute)
+		setInt(&t.RateLimit.Burst, rl.Burst)
+	}
+	if pl := in.PublishRateLimit; pl != nil {
+		setInt(&t.PublishRateLimit.RequestsPerSecond, pl.RequestsPerSecond)
+		setInt(&t.PublishRateLimit.Burst, pl.Burst)
+	}
+	return t, fielderr.First(
+		fielderr.InRange("rate_limit.requests_per_minute", t.RateLimit.RequestsPerMinute, 1, maxRate),
+		fielderr.InRange("rate_limit.burst", t.RateLimit.Burst, 1, maxBurstLen),
+		fielderr.InRange("publish_rate_limit.requests_per_second", t.PublishRateLimit.RequestsPerSecond, 1, maxRate),
+		fielderr.InRange("publish_rate_limit.burst", t.PublishRateLimit.Burst, 1, maxBurstLen),
+	)
+}
+
+// WithDefaults returns a tenant holding the configured default limits.
+func WithDefaults(d config.Defaults) Tenant {
+	return Tenant{RateLimit: d.TenantRateLimit, PublishRateLimit: d.TenantPublishRateLimit}
+}
+
+func setInt(dst *int, src *int) {
+	if src != nil {
+		*dst = *src
+	}
+}

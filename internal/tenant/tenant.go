@@ -1,0 +1,157 @@
+// Package tenant holds tenants and their API keys. Keys are random, shown
+// once at creation, and stored only as a SHA-256 hash.
+package tenant
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/config"
+)
+
+// KeyPrefix starts every tenant API key.
+const KeyPrefix = "hk_"
+
+// Errors returned by the store.
+var (
+	ErrNotFound     = errors.New("tenant not found")
+	ErrUnauthorized = errors.New("invalid API key")
+)
+
+// Tenant is an isolated customer of the service.
+type Tenant struct {
+	ID               uuid.UUID               `json:"id"`
+	Name             string                  `json:"name"`
+	RateLimit        config.RateLimit        `json:"rate_limit"`
+	PublishRateLimit config.PublishRateLimit `json:"publish_rate_limit"`
+	CreatedAt        time.Time               `json:"created_at"`
+	UpdatedAt        time.Time               `json:"updated_at"`
+}
+
+// Principal is who an API key authenticates.
+type Principal struct {
+	TenantID uuid.UUID
+	KeyID    uuid.UUID
+	// ExpiresAt is when the key stops working, if ever.
+	ExpiresAt *time.Time
+	// PublishLimit is the tenant's publish rate limit.
+	PublishLimit config.PublishRateLimit
+}
+
+// Store reads and writes tenants and keys.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const (
+	tenantColumns   = `id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at`
+	insertTenantSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`
+	insertKeySQL = `INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, created_at)
+VALUES ($1, $2, 'default', $3, $4, $5)`
+	getTenantSQL    = `SELECT ` + tenantColumns + ` FROM tenants WHERE id = $1`
+	updateTenantSQL = `UPDATE tenants SET name = $2, rate_limit_rpm = $3, rate_limit_burst = $4,
+	publish_rps = $5, publish_burst = $6, updated_at = now()
+WHERE id = $1 RETURNING ` + tenantColumns
+	authenticateSQL = `SELECT k.id, k.tenant_id, k.expires_at, t.publish_rps, t.publish_burst
+FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`
+)
+
+// Create stores a tenant with a fresh API key and returns both; the key is
+// not recoverable afterwards.
+func (s *Store) Create(ctx context.Context, t Tenant) (Tenant, string, error) {
+	t.ID = uuid.Must(uuid.NewV7())
+	t.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
+	t.UpdatedAt = t.CreatedAt
+	key := newKey()
+	hash := hashKey(key)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertTenantSQL, t.ID, t.Name, t.RateLimit.RequestsPerMinute,
+			t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.CreatedAt); err != nil {
+			return fmt.Errorf("insert tenant: %w", err)
+		}
+		if _, err := tx.Exec(ctx, insertKeySQL, uuid.Must(uuid.NewV7()), t.ID, key[:len(KeyPrefix)+8], hash[:], t.CreatedAt); err != nil {
+			return fmt.Errorf("insert api key: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Tenant{}, "", err
+	}
+	return t, key, nil
+}
+
+// Get returns tenant id.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (Tenant, error) {
+	t, err := scanTenant(s.pool.QueryRow(ctx, getTenantSQL, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, ErrNotFound
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("load tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// Update stores the name and limits of t.
+func (s *Store) Update(ctx context.Context, t Tenant) (Tenant, error) {
+	out, err := scanTenant(s.pool.QueryRow(ctx, updateTenantSQL, t.ID, t.Name, t.RateLimit.RequestsPerMinute,
+		t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, ErrNotFound
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("update tenant %s: %w", t.ID, err)
+	}
+	return out, nil
+}
+
+// Authenticate returns the principal of a valid, unrevoked, unexpired key.
+func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error) {
+	if !strings.HasPrefix(key, KeyPrefix) || len(key) > 200 {
+		return Principal{}, ErrUnauthorized
+	}
+	hash := hashKey(key)
+	var p Principal
+	err := s.pool.QueryRow(ctx, authenticateSQL, hash[:]).Scan(&p.KeyID, &p.TenantID, &p.ExpiresAt,
+		&p.PublishLimit.RequestsPerSecond, &p.PublishLimit.Burst)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, ErrUnauthorized
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	return p, nil
+}
+
+func scanTenant(row pgx.Row) (Tenant, error) {
+	var t Tenant
+	err := row.Scan(&t.ID, &t.Name, &t.RateLimit.RequestsPerMinute, &t.RateLimit.Burst,
+		&t.PublishRateLimit.RequestsPerSecond, &t.PublishRateLimit.Burst, &t.CreatedAt, &t.UpdatedAt)
+	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	return t, err
+}
+
+func newKey() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return KeyPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashKey(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }

@@ -1,0 +1,286 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/netguard"
+)
+
+// Input is a create, replace or patch request. A nil field was not given.
+type Input struct {
+	URL                  *string            `json:"url"`
+	Events               []string           `json:"events"`
+	Secret               *string            `json:"secret"`
+	Active               *bool              `json:"active"`
+	RetryConfig          *RetryInput        `json:"retry_config"`
+	CircuitBreakerConfig *BreakerInput      `json:"circuit_breaker_config"`
+	RateLimit            *RateLimitInput    `json:"rate_limit"`
+	OrderingGuarantee    *string            `json:"ordering_guarantee"`
+	Headers              *map[string]string `json:"headers"`
+	Metadata             json.RawMessage    `json:"metadata"`
+	VerifyURL            *bool              `json:"verify_url"`
+}
+
+// RetryInput is a partial RetryConfig.
+type RetryInput struct {
+	MaxAttempts         *int     `json:"max_attempts"`
+	BaseDelayMS         *int64   `json:"base_delay_ms"`
+	MaxDelayMS          *int64   `json:"max_delay_ms"`
+	BackoffMultiplier   *float64 `json:"backoff_multiplier"`
+	TimeoutMS           *int64   `json:"timeout_ms"`
+	TimeoutGrowthFactor *float64 `json:"timeout_growth_factor"`
+	ScheduleMS          *[]int64 `json:"schedule_ms"`
+}
+
+// BreakerInput is a partial BreakerConfig.
+type BreakerInput struct {
+	Enabled                  *bool  `json:"enabled"`
+	ErrorThresholdPercentage *int   `json:"error_threshold_percentage"`
+	MinimumThroughput        *int   `json:"minimum_throughput"`
+	WindowSizeMS             *int64 `json:"window_size_ms"`
+	SleepWindowMS            *int64 `json:"sleep_window_ms"`
+	HalfOpenMaxCalls         *int   `json:"half_open_max_calls"`
+	HalfOpenSuccessThreshold *int   `json:"half_open_success_threshold"`
+}
+
+// RateLimitInput is a partial RateLimit.
+type RateLimitInput struct {
+	RequestsPerMinute *int `json:"requests_per_minute"`
+	Burst             *int `json:"burst"`
+}
+
+// Rules are the deployment settings that validation depends on.
+type Rules struct {
+	RequireHTTPS     bool
+	Network          netguard.Policy
+	Resolver         netguard.Resolver
+	DefaultRateLimit RateLimit
+}
+
+const (
+	maxURLLen        = 2048
+	maxHeaders       = 20
+	maxHeaderNameLen = 256
+	maxHeaderValLen  = 4096
+	maxMetadataBytes = 8 << 10
+	resolveTimeout   = 2 * time.Second
+)
+
+// reservedHeaders are set by the delivery itself and may not be overridden.
+var reservedHeaders = map[string]bool{
+	"Content-Type": true, "Content-Length": true, "User-Agent": true, "Host": true,
+	"Connection": true, "Transfer-Encoding": true, "Te": true, "Trailer": true,
+	"Upgrade": true, "Keep-Alive": true, "Proxy-Connection": true, "Expect": true,
+	"Webhook-Id": true, "Webhook-Timestamp": true, "Webhook-Signature": true,
+	"X-Idempotency-Key": true, "X-Correlation-Id": true,
+}
+
+// Build applies in to base (a zero Webhook for a create, the stored one for a
+// patch), fills defaults, and validates the result. The returned webhook is
+// complete and valid; nothing in base is modified.
+func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool) (Webhook, error) {
+	w := base
+	if in.VerifyURL != nil && *in.VerifyURL {
+		return Webhook{}, fielderr.New("verify_url", "endpoint verification is not available in this version; omit verify_url or set it to false")
+	}
+	if creating {
+		w.Active = true
+		w.RetryConfig = DefaultRetryConfig()
+		w.CircuitBreakerConfig = DefaultBreakerConfig()
+		w.RateLimit = r.DefaultRateLimit
+		w.OrderingGuarantee = OrderingNone
+		w.Headers = map[string]string{}
+		w.Metadata = json.RawMessage(`{}`)
+		if in.URL == nil {
+			return Webhook{}, fielderr.New("url", "is required")
+		}
+		if in.Events == nil {
+			return Webhook{}, fielderr.New("events", "is required")
+		}
+	}
+	if in.URL != nil {
+		u, err := r.checkURL(ctx, *in.URL)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.URL = u
+	}
+	if in.Events != nil {
+		events, err := validateFilters(in.Events)
+		if err != nil {
+			return Webhook{}, fielderr.New("events", "%s", err.Error())
+		}
+		w.Events = events
+	}
+	if in.Secret != nil {
+		if creating {
+			if _, err := DecodeSecret(*in.Secret); err != nil {
+				return Webhook{}, fielderr.New("secret", "%s", err.Error())
+			}
+			w.Secret = *in.Secret
+		} else {
+			return Webhook{}, fielderr.New("secret", "cannot be changed by an update; use POST /v1/webhooks/{id}/secret/rotate")
+		}
+	}
+	if creating && w.Secret == "" {
+		w.Secret = NewSecret()
+	}
+	if in.Active != nil {
+		w.Active = *in.Active
+	}
+	if in.OrderingGuarantee != nil {
+		switch *in.OrderingGuarantee {
+		case OrderingNone, OrderingPerEventType, OrderingStrict:
+			w.OrderingGuarantee = *in.OrderingGuarantee
+		default:
+			return Webhook{}, fielderr.New("ordering_guarantee", "must be none, per_event_type or strict, got %q", *in.OrderingGuarantee)
+		}
+	}
+	if in.Headers != nil {
+		h, err := checkHeaders(*in.Headers)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.Headers = h
+	}
+	if in.Metadata != nil {
+		m, err := checkMetadata(in.Metadata)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.Metadata = m
+	}
+	if in.RetryConfig != nil {
+		rc, err := mergeRetry(w.RetryConfig, *in.RetryConfig)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.RetryConfig = rc
+	}
+	if in.CircuitBreakerConfig != nil {
+		bc, err := mergeBreaker(w.CircuitBreakerConfig, *in.CircuitBreakerConfig)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.CircuitBreakerConfig = bc
+	}
+	if in.RateLimit != nil {
+		rl, err := mergeRateLimit(w.RateLimit, *in.RateLimit)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.RateLimit = rl
+	}
+	return w, nil
+}
+
+func (r Rules) checkURL(ctx context.Context, raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", fielderr.New("url", "is required")
+	}
+	if len(raw) > maxURLLen {
+		return "", fielderr.New("url", "must be at most %d characters, got %d", maxURLLen, len(raw))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fielderr.New("url", "is not a valid URL")
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if r.RequireHTTPS {
+			return "", fielderr.New("url", "must use https")
+		}
+	default:
+		return "", fielderr.New("url", "scheme must be http or https, got %q", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return "", fielderr.New("url", "must name a host")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", fielderr.New("url", "port must be between 1 and 65535, got %q", port)
+		}
+	}
+	if u.User != nil {
+		return "", fielderr.New("url", "must not carry credentials; use headers instead")
+	}
+	if u.Fragment != "" {
+		return "", fielderr.New("url", "must not have a fragment")
+	}
+	if err := r.Network.CheckHost(ctx, r.Resolver, u.Hostname(), resolveTimeout); err != nil {
+		return "", fielderr.New("url", "%s (private and loopback addresses are refused unless ALLOW_PRIVATE_NETWORKS is set)", err.Error())
+	}
+	return u.String(), nil
+}
+
+func checkHeaders(in map[string]string) (map[string]string, error) {
+	if len(in) > maxHeaders {
+		return nil, fielderr.New("headers", "at most %d headers, got %d", maxHeaders, len(in))
+	}
+	out := make(map[string]string, len(in))
+	for name, value := range in {
+		field := "headers." + name
+		if name == "" || len(name) > maxHeaderNameLen || !isToken(name) {
+			return nil, fielderr.New(field, "is not a valid header name")
+		}
+		canon := http.CanonicalHeaderKey(name)
+		if reservedHeaders[canon] || strings.HasPrefix(canon, "X-Webhook-") {
+			return nil, fielderr.New(field, "is set by the delivery itself and cannot be overridden")
+		}
+		if len(value) > maxHeaderValLen {
+			return nil, fielderr.New(field, "value must be at most %d characters", maxHeaderValLen)
+		}
+		for _, c := range value {
+			if c == '\r' || c == '\n' || c == 0 || (c < ' ' && c != '\t') || c == 0x7f {
+				return nil, fielderr.New(field, "value must not contain control characters (CR, LF, NUL)")
+			}
+		}
+		if _, dup := out[canon]; dup {
+			return nil, fielderr.New(field, "is given twice with different case")
+		}
+		out[canon] = value
+	}
+	return out, nil
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func checkMetadata(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) > maxMetadataBytes {
+		return nil, fielderr.New("metadata", "must be at most %d bytes", maxMetadataBytes)
+	}
+	// Check the shape without decoding values: a round trip through
+	// map[string]any would turn every number into a float64 and corrupt
+	// integers above 2^53 (ids, amounts in minor units).
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, fielderr.New("metadata", "must be a JSON object")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, fielderr.New("metadata", "must be a JSON object")
+	}
+	return compact.Bytes(), nil
+}

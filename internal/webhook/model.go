@@ -1,0 +1,98 @@
+// Package webhook holds webhook endpoints: their model and defaults, the
+// validation of what tenants register, event filters, signing secrets and
+// the Postgres store.
+package webhook
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Ordering guarantees a webhook may ask for.
+const (
+	OrderingNone         = "none"
+	OrderingPerEventType = "per_event_type"
+	OrderingStrict       = "strict"
+)
+
+// Webhook is an endpoint registered by a tenant. Secret fields are never
+// serialised by default; responses that may show the secret set it
+// explicitly (see Created).
+type Webhook struct {
+	ID                   uuid.UUID         `json:"id"`
+	TenantID             uuid.UUID         `json:"-"`
+	URL                  string            `json:"url"`
+	Events               []string          `json:"events"`
+	Active               bool              `json:"active"`
+	RetryConfig          RetryConfig       `json:"retry_config"`
+	CircuitBreakerConfig BreakerConfig     `json:"circuit_breaker_config"`
+	RateLimit            RateLimit         `json:"rate_limit"`
+	OrderingGuarantee    string            `json:"ordering_guarantee"`
+	Headers              map[string]string `json:"headers"`
+	Metadata             json.RawMessage   `json:"metadata"`
+	CreatedAt            time.Time         `json:"created_at"`
+	UpdatedAt            time.Time         `json:"updated_at"`
+
+	Secret                  string     `json:"-"`
+	PreviousSecret          string     `json:"-"`
+	PreviousSecretExpiresAt *time.Time `json:"-"`
+}
+
+// RetryConfig says how often and how patiently a delivery is retried.
+type RetryConfig struct {
+	MaxAttempts         int     `json:"max_attempts"`
+	BaseDelayMS         int64   `json:"base_delay_ms"`
+	MaxDelayMS          int64   `json:"max_delay_ms"`
+	BackoffMultiplier   float64 `json:"backoff_multiplier"`
+	TimeoutMS           int64   `json:"timeout_ms"`
+	TimeoutGrowthFactor float64 `json:"timeout_growth_factor"`
+	// ScheduleMS, when not empty, replaces the exponential formula: retry n
+	// waits ScheduleMS[n-1] (the last value repeats).
+	ScheduleMS []int64 `json:"schedule_ms"`
+}
+
+// BreakerConfig tunes the per-webhook circuit breaker.
+type BreakerConfig struct {
+	Enabled                  bool  `json:"enabled"`
+	ErrorThresholdPercentage int   `json:"error_threshold_percentage"`
+	MinimumThroughput        int   `json:"minimum_throughput"`
+	WindowSizeMS             int64 `json:"window_size_ms"`
+	SleepWindowMS            int64 `json:"sleep_window_ms"`
+	HalfOpenMaxCalls         int   `json:"half_open_max_calls"`
+	HalfOpenSuccessThreshold int   `json:"half_open_success_threshold"`
+}
+
+// RateLimit is the webhook's token bucket.
+type RateLimit struct {
+	RequestsPerMinute int `json:"requests_per_minute"`
+	Burst             int `json:"burst"`
+}
+
+// DefaultRetryConfig is applied when a webhook is created without one:
+// 5 attempts, 1 s base doubling up to 300 s, 30 s timeout.
+func DefaultRetryConfig() RetryConfig {
+	return RetryConfig{
+		MaxAttempts:         5,
+		BaseDelayMS:         1000,
+		MaxDelayMS:          300_000,
+		BackoffMultiplier:   2,
+		TimeoutMS:           30_000,
+		TimeoutGrowthFactor: 1.5,
+		ScheduleMS:          []int64{},
+	}
+}
+
+// DefaultBreakerConfig is applied when a webhook is created without one.
+func DefaultBreakerConfig() BreakerConfig {
+	return BreakerConfig{
+		Enabled:                  true,
+		ErrorThresholdPercentage: 60,
+		MinimumThroughput:        20,
+		WindowSizeMS:             60_000,
+		SleepWindowMS:            30_000,
+		HalfOpenMaxCalls:         5,
+		HalfOpenSuccessThreshold: 60,
+	}
+}

@@ -1,0 +1,237 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned for a webhook that does not exist, is deleted, or
+// belongs to another tenant: the three are indistinguishable to a caller.
+var ErrNotFound = errors.New("webhook not found")
+
+// Store reads and writes webhooks in Postgres.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const webhookColumns = `id, tenant_id, url, events, active, secret, previous_secret,
+	previous_secret_expires_at, retry_config, circuit_breaker_config, rate_limit,
+	ordering_guarantee, headers, metadata, created_at, updated_at`
+
+const (
+	insertWebhookSQL = `INSERT INTO webhooks (id, tenant_id, url, events, active, secret,
+	retry_config, circuit_breaker_config, rate_limit, ordering_guarantee, headers, metadata,
+	created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)`
+
+	getWebhookSQL = `SELECT ` + webhookColumns + ` FROM webhooks
+WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
+)
+
+var listWebhooksSQL = `SELECT ` + webhookColumns + ` FROM webhooks
+WHERE tenant_id = $1 AND deleted_at IS NULL
+  AND ($2::uuid IS NULL OR id > $2)
+  AND ($3::boolean IS NULL OR active = $3)
+  AND ($4::text IS NULL OR ` + FilterSQL("events", "$4") + `)
+ORDER BY id
+LIMIT $5`
+
+const (
+	updateWebhookSQL = `UPDATE webhooks SET url = $3, events = $4, active = $5,
+	retry_config = $6, circuit_breaker_config = $7, rate_limit = $8,
+	ordering_guarantee = $9, headers = $10, metadata = $11, updated_at = now()
+WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
+RETURNING updated_at`
+
+	deleteWebhookSQL = `UPDATE webhooks SET deleted_at = now(), active = false, updated_at = now()
+WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
+
+	// Deliveries of a deleted webhook that have not finished are cancelled;
+	// finished ones stay as history.
+	cancelDeliveriesSQL = `UPDATE deliveries SET status = 'cancelled', updated_at = now(),
+	completed_at = now(), last_error = 'webhook deleted'
+WHERE webhook_id = $1 AND status IN ('pending', 'retrying')`
+
+	rotateSecretSQL = `UPDATE webhooks SET previous_secret = secret,
+	previous_secret_expires_at = $3, secret = $4, updated_at = now()
+WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
+RETURNING ` + webhookColumns
+)
+
+// Create inserts w, assigning its id and times.
+func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
+	w.ID = uuid.Must(uuid.NewV7())
+	w.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
+	w.UpdatedAt = w.CreatedAt
+	args, err := encodeConfigs(w)
+	if err != nil {
+		return Webhook{}, err
+	}
+	_, err = s.pool.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
+		w.Secret, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
+		[]byte(w.Metadata), w.CreatedAt)
+	if err != nil {
+		return Webhook{}, fmt.Errorf("insert webhook: %w", err)
+	}
+	return w, nil
+}
+
+// Get returns the tenant's webhook id.
+func (s *Store) Get(ctx context.Context, tenantID, id uuid.UUID) (Webhook, error) {
+	w, err := scanWebhook(s.pool.QueryRow(ctx, getWebhookSQL, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Webhook{}, ErrNotFound
+	}
+	if err != nil {
+		return Webhook{}, fmt.Errorf("load webhook %s: %w", id, err)
+	}
+	return w, nil
+}
+
+// ListFilter narrows a List call. Nil fields do not filter.
+type ListFilter struct {
+	After     *uuid.UUID
+	Active    *bool
+	EventType *string
+	Limit     int
+}
+
+// List returns up to f.Limit webhooks of the tenant in id order after f.After.
+func (s *Store) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]Webhook, error) {
+	rows, err := s.pool.Query(ctx, listWebhooksSQL, tenantID, f.After, f.Active, f.EventType, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list webhooks: %w", err)
+	}
+	defer rows.Close()
+	var out []Webhook
+	for rows.Next() {
+		w, err := scanWebhook(rows)
+		if err != nil {
+			return nil, fmt.Errorf("scan webhook: %w", err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list webhooks: %w", err)
+	}
+	return out, nil
+}
+
+// Update stores every settable field of w.
+func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
+	args, err := encodeConfigs(w)
+	if err != nil {
+		return Webhook{}, err
+	}
+	err = s.pool.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
+		args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers, []byte(w.Metadata),
+	).Scan(&w.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Webhook{}, ErrNotFound
+	}
+	if err != nil {
+		return Webhook{}, fmt.Errorf("update webhook %s: %w", w.ID, err)
+	}
+	return w, nil
+}
+
+// Delete removes the webhook from view and cancels its unfinished
+// deliveries, in one transaction. Its delivery history is kept.
+func (s *Store) Delete(ctx context.Context, tenantID, id uuid.UUID) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, deleteWebhookSQL, id, tenantID)
+		if err != nil {
+			return fmt.Errorf("delete webhook %s: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		if _, err := tx.Exec(ctx, cancelDeliveriesSQL, id); err != nil {
+			return fmt.Errorf("cancel deliveries of webhook %s: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// RotateSecret makes newSecret the signing secret; the old one keeps
+// signing until graceUntil.
+func (s *Store) RotateSecret(ctx context.Context, tenantID, id uuid.UUID, newSecret string, graceUntil time.Time) (Webhook, error) {
+	w, err := scanWebhook(s.pool.QueryRow(ctx, rotateSecretSQL, id, tenantID, graceUntil, newSecret))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Webhook{}, ErrNotFound
+	}
+	if err != nil {
+		return Webhook{}, fmt.Errorf("rotate secret of webhook %s: %w", id, err)
+	}
+	return w, nil
+}
+
+type encodedConfigs struct {
+	retry, breaker, rate, headers []byte
+}
+
+func encodeConfigs(w Webhook) (encodedConfigs, error) {
+	var e encodedConfigs
+	var err error
+	if e.retry, err = json.Marshal(w.RetryConfig); err != nil {
+		return e, fmt.Errorf("encode retry config: %w", err)
+	}
+	if e.breaker, err = json.Marshal(w.CircuitBreakerConfig); err != nil {
+		return e, fmt.Errorf("encode breaker config: %w", err)
+	}
+	if e.rate, err = json.Marshal(w.RateLimit); err != nil {
+		return e, fmt.Errorf("encode rate limit: %w", err)
+	}
+	if e.headers, err = json.Marshal(w.Headers); err != nil {
+		return e, fmt.Errorf("encode headers: %w", err)
+	}
+	return e, nil
+}
+
+func scanWebhook(row pgx.Row) (Webhook, error) {
+	var w Webhook
+	var prev *string
+	var retry, breaker, rate, headers, metadata []byte
+	err := row.Scan(&w.ID, &w.TenantID, &w.URL, &w.Events, &w.Active, &w.Secret, &prev,
+		&w.PreviousSecretExpiresAt, &retry, &breaker, &rate, &w.OrderingGuarantee,
+		&headers, &metadata, &w.CreatedAt, &w.UpdatedAt)
+	if err != nil {
+		return Webhook{}, err
+	}
+	if prev != nil {
+		w.PreviousSecret = *prev
+	}
+	for _, f := range []struct {
+		raw []byte
+		dst any
+	}{{retry, &w.RetryConfig}, {breaker, &w.CircuitBreakerConfig}, {rate, &w.RateLimit}, {headers, &w.Headers}} {
+		if err := json.Unmarshal(f.raw, f.dst); err != nil {
+			return Webhook{}, fmt.Errorf("decode webhook %s config: %w", w.ID, err)
+		}
+	}
+	if w.RetryConfig.ScheduleMS == nil {
+		w.RetryConfig.ScheduleMS = []int64{}
+	}
+	w.Metadata = metadata
+	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
+	return w, nil
+}
+
+// ActiveSecrets returns the secrets that sign a delivery at now: the current
+// one and, during a rotation's grace period, the previous one.
+func (w Webhook) ActiveSecrets(now time.Time) []string {
+	if w.PreviousSecret != "" && w.PreviousSecretExpiresAt != nil && now.Before(*w.PreviousSecretExpiresAt) {
+		return []string{w.Secret, w.PreviousSecret}
+	}
+	return []string{w.Secret}
+}
