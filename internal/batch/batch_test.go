@@ -1,0 +1,112 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestBatchesConcurrentRequests(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var calls, biggest, firstSize atomic.Int64
+	b := New(func(_ context.Context, in []int) ([]int, error) {
+		if calls.Add(1) == 1 {
+			firstSize.Store(int64(len(in)))
+			<-gate // hold the first batch so that the others pile up
+		}
+		if n := int64(len(in)); n > biggest.Load() {
+			biggest.Store(n)
+		}
+		out := make([]int, len(in))
+		for i, v := range in {
+			out[i] = v * 2
+		}
+		return out, nil
+	}, 64, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+
+	var wg sync.WaitGroup
+	results := make([]int, 100)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := b.Do(context.Background(), i)
+			require.NoError(t, err)
+			results[i] = out
+		}()
+	}
+	require.Eventually(t, func() bool { return firstSize.Load()+int64(len(b.in)) == 100 },
+		5*time.Second, time.Millisecond, "every request is in the first batch or waiting behind it")
+	close(gate)
+	wg.Wait()
+	for i, r := range results {
+		require.Equal(t, 2*i, r)
+	}
+	require.Less(t, calls.Load(), int64(100), "fewer calls than requests")
+	require.Greater(t, biggest.Load(), int64(1))
+	cancel()
+	<-done
+}
+
+func TestFailedBatchRetriesEachAlone(t *testing.T) {
+	t.Parallel()
+	bad := errors.New("bad input")
+	b := New(func(_ context.Context, in []int) ([]int, error) {
+		for _, v := range in {
+			if v < 0 {
+				return nil, bad
+			}
+		}
+		return in, nil
+	}, 16, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.Run(ctx) }()
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := i
+			if i == 3 {
+				v = -1
+			}
+			_, errs[i] = b.Do(context.Background(), v)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i == 3 {
+			require.ErrorIs(t, err, bad)
+		} else {
+			require.NoError(t, err, "request %d is not failed by its neighbour", i)
+		}
+	}
+}
+
+func TestRunDrainsBeforeReturning(t *testing.T) {
+	t.Parallel()
+	b := New(func(_ context.Context, in []int) ([]int, error) { return in, nil }, 4, 1)
+	calls := make([]*call[int, int], 10)
+	for i := range calls {
+		calls[i] = &call[int, int]{in: i, done: make(chan struct{})}
+		b.in <- calls[i]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, b.Run(ctx))
+	for i, c := range calls {
+		<-c.done
+		require.Equal(t, i, c.out)
+	}
+}

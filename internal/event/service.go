@@ -1,0 +1,213 @@
+package event
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// dispatcher takes committed deliveries to the broker.
+type dispatcher interface {
+	Enqueue(tasks ...outbox.Task)
+}
+
+// Service publishes and reads events.
+type Service struct {
+	pool     *pgxpool.Pool
+	redis    *redis.Client
+	prefix   string
+	dispatch dispatcher
+	log      *slog.Logger
+	commits  *committer
+	// cacheDownUntil (unix nanoseconds) pauses the Redis fast path.
+	cacheDownUntil atomic.Int64
+}
+
+// NewService returns a Service. rdb may be nil (no Redis fast path).
+func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dispatcher, log *slog.Logger) *Service {
+	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool)}
+}
+
+// publishSQL inserts a batch of events and fans them out in one statement,
+// hence one transaction: every event of the batch is committed with all its
+// deliveries, or nothing is. Events whose idempotency key exists already
+// (or repeats within the batch) are skipped and return no row. Webhook
+// filters are matched by webhook.FilterSQL.
+var publishSQL = `WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                         $7::text[], $8::text[], $9::text[], $10::timestamptz[])
+        AS t(id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at)
+), ev AS (
+    INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at)
+    SELECT id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data::json, correlation_id, created_at
+    FROM input
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id, tenant_id, event_type, priority, created_at
+), ins AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
+    SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at
+    FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL
+    WHERE ` + webhook.FilterSQL("w.events", "ev.event_type") + `
+    RETURNING id, event_id, webhook_id
+)
+SELECT ev.id, ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON ins.event_id = ev.id`
+
+const existingSQL = `SELECT e.id, e.request_hash, e.event_type, e.priority, e.created_at,
+    (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)
+FROM events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2`
+
+// Publish accepts an event for tenantID: validates it, returns the original
+// event for a repeated idempotency key with the same request, refuses one
+// with a different request (ErrIdempotencyConflict), or commits the event
+// with one delivery per matching active webhook and hands those to the
+// outbox. It returns only after the commit, which it shares with the other
+// events published at the same moment (see committer).
+func (s *Service) Publish(ctx context.Context, tenantID uuid.UUID, r Request) (Result, error) {
+	givenKey := r.IdempotencyKey != ""
+	hash, err := normalize(&r)
+	if err != nil {
+		return Result{}, err
+	}
+	if givenKey {
+		if res, ok, err := s.cached(ctx, tenantID, r.IdempotencyKey, hash); ok || err != nil {
+			return res, err
+		}
+	}
+	p := &pending{tenantID: tenantID, req: r, hash: hash, id: uuid.Must(uuid.NewV7()),
+		createdAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if p.req.CorrelationID == "" {
+		p.req.CorrelationID = p.id.String()
+	}
+	if err := s.commits.submit(ctx, p); err != nil {
+		return Result{}, err
+	}
+	if !p.inserted {
+		return s.existing(ctx, tenantID, r.IdempotencyKey, hash)
+	}
+	s.dispatch.Enqueue(p.tasks...)
+	metrics.DeliveriesCreated.Add(float64(len(p.tasks)))
+	res := Result{ID: p.id, IdempotencyKey: r.IdempotencyKey, EventType: r.EventType, Priority: r.Priority,
+		Deliveries: len(p.tasks), CreatedAt: p.createdAt}
+	if givenKey {
+		s.remember(ctx, tenantID, res, hash)
+	}
+	return res, nil
+}
+
+// Run commits published events until ctx ends, then commits what is still
+// waiting. Publish blocks while it does not run.
+func (s *Service) Run(ctx context.Context) error {
+	return s.commits.run(ctx)
+}
+
+// existing answers a key that is already taken: the original event when the
+// request is the same, ErrIdempotencyConflict otherwise.
+func (s *Service) existing(ctx context.Context, tenantID uuid.UUID, key string, hash []byte) (Result, error) {
+	var res Result
+	var storedHash []byte
+	err := s.pool.QueryRow(ctx, existingSQL, tenantID, key).Scan(&res.ID, &storedHash, &res.EventType, &res.Priority, &res.CreatedAt, &res.Deliveries)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The conflicting row vanished (deleted with its tenant): try again.
+		return Result{}, fmt.Errorf("idempotency key %q conflicted but no event holds it", key)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("load event by idempotency key: %w", err)
+	}
+	if !bytes.Equal(storedHash, hash) {
+		return Result{}, ErrIdempotencyConflict
+	}
+	res.IdempotencyKey = key
+	res.CreatedAt = res.CreatedAt.UTC()
+	res.Replayed = true
+	s.remember(ctx, tenantID, res, hash)
+	return res, nil
+}
+
+// The Redis fast path remembers accepted producer-given keys for 24 hours so
+// that repeats are answered without a database round trip (generated keys
+// cannot repeat and skip it). Postgres's unique constraint
+// stays the authority: when Redis is down or has forgotten, the database
+// answers the same.
+const cacheTTL = 24 * time.Hour
+
+// cacheTimeout bounds a fast-path call; after a failure the fast path is
+// skipped for cachePause so that a Redis outage costs publishers nothing.
+const (
+	cacheTimeout = 100 * time.Millisecond
+	cachePause   = 5 * time.Second
+)
+
+type cachedResult struct {
+	Result
+	Hash []byte `json:"h"`
+}
+
+func (s *Service) cacheKey(tenantID uuid.UUID, key string) string {
+	return s.prefix + "idem:" + tenantID.String() + ":" + key
+}
+
+func (s *Service) cacheUsable() bool {
+	return s.redis != nil && time.Now().UnixNano() >= s.cacheDownUntil.Load()
+}
+
+func (s *Service) cacheFailed() {
+	metrics.IdempotencyCache.WithLabelValues("error").Inc()
+	s.cacheDownUntil.Store(time.Now().Add(cachePause).UnixNano())
+}
+
+func (s *Service) cached(ctx context.Context, tenantID uuid.UUID, key string, hash []byte) (Result, bool, error) {
+	if !s.cacheUsable() {
+		return Result{}, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cacheTimeout)
+	defer cancel()
+	raw, err := s.redis.Get(ctx, s.cacheKey(tenantID, key)).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		metrics.IdempotencyCache.WithLabelValues("miss").Inc()
+		return Result{}, false, nil
+	case err != nil:
+		s.cacheFailed()
+		return Result{}, false, nil
+	}
+	var c cachedResult
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return Result{}, false, nil
+	}
+	metrics.IdempotencyCache.WithLabelValues("hit").Inc()
+	if !bytes.Equal(c.Hash, hash) {
+		return Result{}, true, ErrIdempotencyConflict
+	}
+	c.Result.IdempotencyKey = key
+	c.Result.Replayed = true
+	return c.Result, true, nil
+}
+
+func (s *Service) remember(ctx context.Context, tenantID uuid.UUID, res Result, hash []byte) {
+	if !s.cacheUsable() {
+		return
+	}
+	raw, err := json.Marshal(cachedResult{Result: res, Hash: hash})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, cacheTimeout)
+	defer cancel()
+	if err := s.redis.Set(ctx, s.cacheKey(tenantID, res.IdempotencyKey), raw, cacheTTL).Err(); err != nil {
+		s.cacheFailed()
+	}
+}

@@ -1,0 +1,250 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/queue"
+)
+
+// publisher is the part of queue.Publisher the outbox uses.
+type publisher interface {
+	Publish(ctx context.Context, msgs ...queue.Message) error
+}
+
+// MarkEnqueuedSQL records that the message for a delivery's next attempt is
+// confirmed. It names the attempt count the message was built for, so that
+// a late mark cannot cover a newer attempt's message that was not sent.
+const MarkEnqueuedSQL = `UPDATE deliveries d SET enqueued_at = now()
+FROM unnest($1::uuid[], $2::int[]) AS m(id, attempts)
+WHERE d.id = m.id AND d.attempt_count = m.attempts
+  AND d.enqueued_at IS NULL AND d.status IN ('pending', 'retrying')`
+
+// Dispatcher publishes deliveries right after commit, in batches, and marks
+// the confirmed ones enqueued. Enqueue never blocks the publisher's caller:
+// when the dispatcher is behind or the broker is down, tasks are dropped
+// here and the relay publishes them a few seconds later.
+type Dispatcher struct {
+	pool    *pgxpool.Pool
+	pub     publisher
+	log     *slog.Logger
+	in      chan Task
+	workers int
+}
+
+// NewDispatcher returns a dispatcher; Run starts it.
+func NewDispatcher(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Dispatcher {
+	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan Task, 20_000), workers: 4}
+}
+
+// Enqueue hands committed deliveries over for publishing.
+func (d *Dispatcher) Enqueue(tasks ...Task) {
+	for _, t := range tasks {
+		select {
+		case d.in <- t:
+		default:
+			metrics.OutboxDropped.Inc()
+		}
+	}
+}
+
+// Run publishes until ctx ends, then spends up to drainTimeout publishing
+// what is still buffered; anything left after that is the relay's.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	drainCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(drainTimeout, cancel) })
+	defer stop()
+	done := make(chan struct{})
+	for range d.workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			d.loop(ctx, drainCtx)
+		}()
+	}
+	for range d.workers {
+		<-done
+	}
+	return nil
+}
+
+const (
+	maxBatch     = 500
+	batchWindow  = 2 * time.Millisecond
+	drainTimeout = 3 * time.Second
+)
+
+// loop takes batches until ctx ends, then until the buffer is empty or
+// drainCtx ends.
+func (d *Dispatcher) loop(ctx, drainCtx context.Context) {
+	batch := make([]Task, 0, maxBatch)
+	for {
+		select {
+		case t := <-d.in:
+			batch = append(batch[:0], t)
+		case <-ctx.Done():
+			select {
+			case t := <-d.in:
+				batch = append(batch[:0], t)
+			default:
+				return
+			}
+		}
+		if drainCtx.Err() != nil {
+			return
+		}
+		timer := time.NewTimer(batchWindow)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case t := <-d.in:
+				batch = append(batch, t)
+			case <-timer.C:
+				break fill
+			}
+		}
+		timer.Stop()
+		if err := publishAndMark(drainCtx, d.pool, d.pub, batch); err != nil {
+			d.log.Warn("post-commit publish failed; the relay will retry", "deliveries", len(batch), "error", err)
+		}
+	}
+}
+
+// publishAndMark publishes tasks with confirms, then marks them enqueued.
+func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []Task) error {
+	msgs := make([]queue.Message, len(tasks))
+	ids := make([]uuid.UUID, len(tasks))
+	attempts := make([]int32, len(tasks))
+	for i, t := range tasks {
+		msgs[i] = t.Message(time.Time{})
+		ids[i] = t.DeliveryID
+		attempts[i] = int32(t.Attempt - 1)
+	}
+	if err := pub.Publish(ctx, msgs...); err != nil {
+		return fmt.Errorf("publish %d deliveries: %w", len(tasks), err)
+	}
+	metrics.OutboxPublished.Add(float64(len(tasks)))
+	if _, err := db.Exec(ctx, MarkEnqueuedSQL, ids, attempts); err != nil {
+		return fmt.Errorf("mark %d deliveries enqueued: %w", len(tasks), err)
+	}
+	return nil
+}
+
+// execer is a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Relay republishes deliveries whose next attempt is not confirmed as
+// enqueued Age after it was due: new deliveries the api could not publish,
+// and retries a worker recorded but could not schedule. Rows are claimed with FOR UPDATE SKIP LOCKED, so
+// several api processes share the work instead of all republishing it.
+type Relay struct {
+	pool     *pgxpool.Pool
+	pub      publisher
+	log      *slog.Logger
+	Age      time.Duration
+	Interval time.Duration
+	Batch    int
+}
+
+// NewRelay returns a relay with the default timings: deliveries older than
+// 5 s, checked every second, 1000 per transaction.
+func NewRelay(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Relay {
+	return &Relay{pool: pool, pub: pub, log: log, Age: 5 * time.Second, Interval: time.Second, Batch: 1000}
+}
+
+const (
+	staleSQL = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id
+FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE d.enqueued_at IS NULL AND d.status IN ('pending', 'retrying')
+  AND coalesce(d.next_attempt_at, d.created_at) < now() - $1::interval
+ORDER BY coalesce(d.next_attempt_at, d.created_at)
+LIMIT $2
+FOR UPDATE OF d SKIP LOCKED`
+
+	backlogSQL = `SELECT count(*), coalesce(extract(epoch FROM now() - min(coalesce(next_attempt_at, created_at))), 0)
+FROM deliveries WHERE enqueued_at IS NULL AND status IN ('pending', 'retrying')
+  AND coalesce(next_attempt_at, created_at) < now()`
+)
+
+// Run relays until ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	tick := time.NewTicker(r.Interval)
+	defer tick.Stop()
+	var lastGauge time.Time
+	for {
+		for {
+			n, err := r.Pass(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("outbox relay pass failed", "error", err)
+			}
+			if err != nil || n < r.Batch {
+				break
+			}
+		}
+		if time.Since(lastGauge) >= 5*time.Second {
+			r.observeBacklog(ctx)
+			lastGauge = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Pass republishes one batch of stale deliveries and reports how many.
+func (r *Relay) Pass(ctx context.Context) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, staleSQL, r.Age, r.Batch)
+		if err != nil {
+			return fmt.Errorf("select stale deliveries: %w", err)
+		}
+		tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Task, error) {
+			var t Task
+			var attempts int
+			err := row.Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority, &attempts, &t.CreatedAt, &t.CorrelationID)
+			t.Attempt = attempts + 1
+			return t, err
+		})
+		if err != nil {
+			return fmt.Errorf("scan stale deliveries: %w", err)
+		}
+		n = len(tasks)
+		if n == 0 {
+			return nil
+		}
+		if err := publishAndMark(ctx, tx, r.pub, tasks); err != nil {
+			return err
+		}
+		metrics.OutboxRelayed.Add(float64(n))
+		r.log.Info("outbox relay republished deliveries", "deliveries", n)
+		return nil
+	})
+	if errors.Is(err, context.Canceled) {
+		return n, nil
+	}
+	return n, err
+}
+
+func (r *Relay) observeBacklog(ctx context.Context) {
+	var count int64
+	var lag float64
+	if err := r.pool.QueryRow(ctx, backlogSQL).Scan(&count, &lag); err != nil {
+		return
+	}
+	metrics.OutboxBacklog.Set(float64(count))
+	metrics.OutboxLag.Set(lag)
+}

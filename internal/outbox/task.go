@@ -1,0 +1,51 @@
+// Package outbox gets committed deliveries onto RabbitMQ: a dispatcher
+// publishes them right after their transaction commits, and a relay
+// republishes any delivery the broker has not confirmed within a few
+// seconds (the api crashed, or the broker was down). A delivery may be
+// enqueued twice; it is never lost.
+package outbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/hookline/hookline/internal/queue"
+)
+
+// Task is the message an enqueued delivery carries. Workers load the event
+// and webhook it names from Postgres.
+type Task struct {
+	DeliveryID uuid.UUID `json:"delivery_id"`
+	EventID    uuid.UUID `json:"event_id"`
+	WebhookID  uuid.UUID `json:"webhook_id"`
+	TenantID   uuid.UUID `json:"tenant_id"`
+	Priority   string    `json:"priority"`
+	// Attempt is the attempt number this message is for (1-based).
+	Attempt int `json:"attempt"`
+	// CreatedAt is the delivery's creation time (the attempt log's
+	// partition key).
+	CreatedAt time.Time `json:"created_at"`
+	// CorrelationID follows the event from publish to every attempt.
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// Message encodes t for the queue, due at notBefore (zero: now).
+func (t Task) Message(notBefore time.Time) queue.Message {
+	body, _ := json.Marshal(t)
+	return queue.Message{ID: t.DeliveryID.String(), Priority: t.Priority, Body: body, NotBefore: notBefore}
+}
+
+// DecodeTask parses a message body.
+func DecodeTask(body []byte) (Task, error) {
+	var t Task
+	if err := json.Unmarshal(body, &t); err != nil {
+		return Task{}, fmt.Errorf("decode task: %w", err)
+	}
+	if t.DeliveryID == uuid.Nil || t.EventID == uuid.Nil || t.WebhookID == uuid.Nil || t.Attempt < 1 {
+		return Task{}, fmt.Errorf("decode task: missing fields")
+	}
+	return t, nil
+}

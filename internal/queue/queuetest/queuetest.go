@@ -1,0 +1,98 @@
+// Package queuetest gives each test its own RabbitMQ topology under a unique
+// prefix on the local broker, deleted when the test ends.
+package queuetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookline/hookline/internal/queue"
+)
+
+// URL is the broker used by tests: $TEST_AMQP_URL or the local default.
+func URL() string {
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// NewTopology returns a topology with a fresh prefix, declared on the
+// broker and deleted when t ends.
+func NewTopology(t testing.TB) queue.Topology {
+	t.Helper()
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	topo := queue.Topology{Prefix: "test-" + hex.EncodeToString(b)}
+	withChannel(t, func(ch *amqp.Channel) error { return topo.Declare(ch) })
+	t.Cleanup(func() {
+		withChannel(t, func(ch *amqp.Channel) error { return topo.Delete(ch) })
+	})
+	return topo
+}
+
+// Conn returns a running connection to url (URL() when empty), closed when t
+// ends.
+func Conn(t testing.TB, url string) *queue.Conn {
+	t.Helper()
+	if url == "" {
+		url = URL()
+	}
+	c := queue.NewConn(url, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// WaitConnected blocks until c is connected or 10 s pass.
+func WaitConnected(t testing.TB, c *queue.Conn) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for c.Check(context.Background()) != nil {
+		select {
+		case <-deadline:
+			t.Fatal("rabbitmq connection not open within 10s")
+		case <-tick.C:
+		}
+	}
+}
+
+// Depth returns the number of ready messages in queue name.
+func Depth(t testing.TB, name string) int {
+	t.Helper()
+	var n int
+	withChannel(t, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	return n
+}
+
+func withChannel(t testing.TB, f func(*amqp.Channel) error) {
+	t.Helper()
+	conn, err := amqp.Dial(URL())
+	if err != nil {
+		t.Fatalf("connect to rabbitmq at %s: %v (is it running?)", URL(), err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("rabbitmq channel: %v", err)
+	}
+	defer ch.Close()
+	if err := f(ch); err != nil {
+		t.Fatalf("rabbitmq: %v", err)
+	}
+}

@@ -1,0 +1,171 @@
+// Package publisher lets a Go program publish hookline events in-process,
+// without going through the HTTP API: PublishEvent runs the same code path
+// as POST /v1/events (validation, idempotency, fan-out, the durable commit,
+// the outbox). It is the only package outside internal/, so that producers
+// in other modules can import it.
+package publisher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/queue"
+)
+
+// Config says where the hookline deployment's services are.
+type Config struct {
+	// DatabaseURL is the hookline Postgres database (required).
+	DatabaseURL string
+	// AMQPURL is the RabbitMQ broker (required). Events are accepted while
+	// it is down and enqueued once it is back.
+	AMQPURL string
+	// AMQPPrefix is the deployment's queue prefix. Default "hookline".
+	AMQPPrefix string
+	// RedisURL enables the idempotency fast path (optional).
+	RedisURL string
+	// RedisPrefix is the deployment's Redis key prefix. Default "hookline:".
+	RedisPrefix string
+	// Logger receives warnings (broker outages). Default: discarded.
+	Logger *slog.Logger
+}
+
+// Event is one event to publish: the publish_event call.
+type Event struct {
+	// TenantID is the tenant whose webhooks receive the event.
+	TenantID uuid.UUID
+	// EventType names the event, such as "order.created".
+	EventType string
+	// Data is the payload: a value that encodes to a JSON object, or a
+	// json.RawMessage holding one.
+	Data any
+	// Source optionally names the producer.
+	Source string
+	// IdempotencyKey deduplicates repeats; generated (idk_<uuid>) when empty.
+	IdempotencyKey string
+	// Priority is "high", "normal" (default) or "low".
+	Priority string
+}
+
+// Result is the accepted event.
+type Result struct {
+	ID             uuid.UUID
+	IdempotencyKey string
+	Deliveries     int
+	CreatedAt      time.Time
+	// Replayed is true when the idempotency key was seen before with the
+	// same event: nothing was created, the original is returned.
+	Replayed bool
+}
+
+// ErrIdempotencyConflict is returned for a key used before with a
+// different event.
+var ErrIdempotencyConflict = event.ErrIdempotencyConflict
+
+// InvalidError names the field of an Event that is not acceptable.
+type InvalidError = fielderr.Error
+
+// Publisher publishes events. It is safe for concurrent use.
+type Publisher struct {
+	pool   *pgxpool.Pool
+	rdb    *redis.Client
+	events *event.Service
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Open connects to the deployment and starts the background parts that get
+// committed deliveries onto RabbitMQ. Close it when done.
+func Open(ctx context.Context, cfg Config) (*Publisher, error) {
+	if cfg.DatabaseURL == "" || cfg.AMQPURL == "" {
+		return nil, errors.New("publisher: DatabaseURL and AMQPURL are required")
+	}
+	if cfg.AMQPPrefix == "" {
+		cfg.AMQPPrefix = "hookline"
+	}
+	if cfg.RedisPrefix == "" {
+		cfg.RedisPrefix = "hookline:"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	pool, err := db.Open(ctx, cfg.DatabaseURL, 8)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
+	}
+	p := &Publisher{pool: pool}
+	if cfg.RedisURL != "" {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("publisher: redis url: %w", err)
+		}
+		p.rdb = redis.NewClient(opts)
+	}
+	conn := queue.NewConn(cfg.AMQPURL, cfg.Logger)
+	pub := queue.NewPublisher(conn, queue.Topology{Prefix: cfg.AMQPPrefix}, 2)
+	dispatcher := outbox.NewDispatcher(pool, pub, cfg.Logger)
+	relay := outbox.NewRelay(pool, pub, cfg.Logger)
+	p.events = event.NewService(pool, p.rdb, cfg.RedisPrefix, dispatcher, cfg.Logger)
+
+	bg, stop := context.WithCancel(context.Background())
+	amqpCtx, stopAMQP := context.WithCancel(context.Background())
+	amqpDone := make(chan struct{})
+	p.stop = func() {
+		stop()
+		p.wg.Wait()
+		stopAMQP()
+		<-amqpDone
+	}
+	p.wg.Add(3)
+	go func() { defer p.wg.Done(); _ = p.events.Run(bg) }()
+	go func() { defer p.wg.Done(); _ = dispatcher.Run(bg) }()
+	go func() { defer p.wg.Done(); _ = relay.Run(bg) }()
+	go func() { defer close(amqpDone); _ = conn.Run(amqpCtx) }()
+	return p, nil
+}
+
+// PublishEvent accepts an event. It returns once the event and its
+// deliveries are committed to Postgres; they reach RabbitMQ right after (or,
+// during a broker outage, once it is back).
+func (p *Publisher) PublishEvent(ctx context.Context, e Event) (Result, error) {
+	data, ok := e.Data.(json.RawMessage)
+	if !ok {
+		raw, err := json.Marshal(e.Data)
+		if err != nil {
+			return Result{}, fielderr.New("data", "cannot be encoded as JSON: %v", err)
+		}
+		data = raw
+	}
+	res, err := p.events.Publish(ctx, e.TenantID, event.Request{
+		EventType: e.EventType, Data: data, Source: e.Source, IdempotencyKey: e.IdempotencyKey, Priority: e.Priority,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{ID: res.ID, IdempotencyKey: res.IdempotencyKey, Deliveries: res.Deliveries,
+		CreatedAt: res.CreatedAt, Replayed: res.Replayed}, nil
+}
+
+// Close stops the background parts (publishing what is buffered, for up to
+// a few seconds) and releases the connections.
+func (p *Publisher) Close() error {
+	p.stop()
+	if p.rdb != nil {
+		_ = p.rdb.Close()
+	}
+	p.pool.Close()
+	return nil
+}
