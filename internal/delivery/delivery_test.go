@@ -1,0 +1,206 @@
+package delivery
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/netguard"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/signature"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	expired, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	cases := []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want retry.Category
+	}{
+		{"ssrf", context.Background(), &net.OpError{Op: "dial", Err: fmt.Errorf("%w: 127.0.0.1", netguard.ErrBlocked)}, retry.SSRFBlocked},
+		{"dns", context.Background(), &url.Error{Err: &net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "x"}}}, retry.DNS},
+		{"dns timeout", context.Background(), &net.DNSError{Err: "timeout", IsTimeout: true}, retry.Timeout},
+		{"unknown authority", context.Background(), &url.Error{Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, retry.SSL},
+		{"hostname", context.Background(), x509.HostnameError{Host: "x"}, retry.SSL},
+		{"record header", context.Background(), tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, retry.SSL},
+		{"alert", context.Background(), tls.AlertError(40), retry.SSL},
+		{"deadline", context.Background(), context.DeadlineExceeded, retry.Timeout},
+		{"expired context", expired, errors.New("whatever"), retry.Timeout},
+		{"refused", context.Background(), &net.OpError{Op: "dial", Err: errors.New("connection refused")}, retry.Network},
+		{"reset", context.Background(), errors.New("connection reset by peer"), retry.Network},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, classify(c.ctx, c.err), c.name)
+	}
+}
+
+func TestHostKey(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"https://Example.com/a?b":   "https://example.com",
+		"https://example.com:8443/": "https://example.com:8443",
+		"http://127.0.0.1:9000":     "http://127.0.0.1:9000",
+		"http://[::1]:80/x#y":       "http://[::1]:80",
+		"https://h.test?q=1":        "https://h.test",
+	} {
+		require.Equal(t, want, hostKey(raw), raw)
+	}
+}
+
+func TestHostLimiter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newHostLimiter(2)
+	l.wait = 20 * time.Millisecond
+	require.True(t, l.acquire(ctx, "a"))
+	require.True(t, l.acquire(ctx, "a"))
+	require.False(t, l.acquire(ctx, "a"), "third concurrent request to one host")
+	require.True(t, l.acquire(ctx, "b"), "other hosts are not affected")
+	l.release("a")
+	require.True(t, l.acquire(ctx, "a"))
+
+	// A slot freed while waiting is taken.
+	done := make(chan bool)
+	l.wait = 5 * time.Second
+	go func() { done <- l.acquire(ctx, "a") }()
+	l.release("a")
+	require.True(t, <-done)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.False(t, l.acquire(cancelled, "a"), "no wait past the context")
+}
+
+func TestBuildRequest(t *testing.T) {
+	t.Parallel()
+	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	task := outbox.Task{DeliveryID: uuid.New(), EventID: uuid.New(), WebhookID: uuid.New(), Attempt: 3}
+	j := job{EventType: "order.created", Source: "shop", IdemKey: "k-1", Data: []byte(`{"b":1,"a":2,"q":"a<b && c>d"}`),
+		EventTime: time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC), CorrelationID: "corr-1",
+		Secrets: []string{secret}, Headers: map[string]string{"X-Team": "pay"}}
+	now := time.Unix(1_800_000_000, 0)
+	body, h, err := buildRequest(task, j, now)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf(`{"id":%q,"event_type":"order.created","timestamp":"2026-01-02T03:04:05.0000006Z","data":{"b":1,"a":2,"q":"a<b && c>d"},"source":"shop"}`,
+		task.EventID), string(body), "the payload's bytes are kept, nothing HTML-escaped")
+	want := map[string]string{
+		"Content-Type": "application/json", "X-Webhook-Id": task.WebhookID.String(), "X-Webhook-Event": "order.created",
+		"X-Webhook-Delivery": task.DeliveryID.String(), "X-Webhook-Attempt": "3", "X-Webhook-Timestamp": "1800000000",
+		"X-Idempotency-Key": "k-1", "X-Correlation-Id": "corr-1", "Webhook-Id": task.EventID.String(),
+		"Webhook-Timestamp": "1800000000", "X-Team": "pay",
+	}
+	for k, v := range want {
+		require.Equal(t, v, h.Get(k), k)
+	}
+	require.NoError(t, signature.VerifyStandard(secret, h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature"), body, now, time.Minute))
+	require.NoError(t, signature.VerifyLegacy(secret, h.Get("X-Webhook-Signature"), body, now, time.Minute))
+
+	j.Secrets = []string{"not-a-secret"}
+	_, _, err = buildRequest(task, j, now)
+	require.Error(t, err)
+}
+
+func TestSenderRecordsResponseAndRefusesRedirects(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/redirect":
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		case "/elsewhere":
+			t.Error("a redirect was followed")
+		case "/busy":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			w.Header().Set("X-Long", strings.Repeat("h", 2000))
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(strings.Repeat("b", 3000)))
+		}
+	}))
+	defer srv.Close()
+	s := NewSender(SenderConfig{ConnectTimeout: time.Second, MaxConnsPerHost: 5, UserAgent: UserAgent}, netguard.Policy{AllowPrivate: true})
+	send := func(path string) Response {
+		res, err := s.Send(context.Background(), Request{URL: srv.URL + path, Body: []byte(`{}`), Header: http.Header{}, Timeout: 2 * time.Second})
+		require.NoError(t, err)
+		return res
+	}
+	ok := send("/")
+	require.Equal(t, 201, ok.StatusCode)
+	require.Empty(t, ok.Category)
+	require.Len(t, ok.BodySample, SampleBytes)
+	require.Len(t, ok.Header["X-Long"], maxStoredHeaderSz)
+
+	redirect := send("/redirect")
+	require.Equal(t, 302, redirect.StatusCode)
+	require.Equal(t, retry.ClientError, redirect.Category)
+
+	busy := send("/busy")
+	require.Equal(t, retry.ServerError, busy.Category)
+	require.Equal(t, 7*time.Second, busy.RetryAfter)
+
+	blocked := NewSender(SenderConfig{ConnectTimeout: time.Second, MaxConnsPerHost: 5, UserAgent: UserAgent}, netguard.Policy{})
+	res, err := blocked.Send(context.Background(), Request{URL: srv.URL, Body: []byte(`{}`), Header: http.Header{}, Timeout: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, retry.SSRFBlocked, res.Category)
+	require.Zero(t, res.StatusCode)
+}
+
+func TestSenderHostLimit(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hold }))
+	defer srv.Close()
+	defer close(hold)
+	s := NewSender(SenderConfig{ConnectTimeout: time.Second, MaxConnsPerHost: 1, UserAgent: UserAgent}, netguard.Policy{AllowPrivate: true})
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		_, _ = s.Send(context.Background(), Request{URL: srv.URL, Header: http.Header{}, Timeout: 5 * time.Second})
+	}()
+	<-started
+	require.Eventually(t, func() bool {
+		_, err := s.Send(context.Background(), Request{URL: srv.URL, Header: http.Header{}, Timeout: time.Second})
+		return errors.Is(err, errHostBusy)
+	}, 5*time.Second, 10*time.Millisecond, "a second request to a host at its limit is refused without sending")
+}
+
+func TestPolicyOf(t *testing.T) {
+	t.Parallel()
+	p := policyOf(struct2retry(3))
+	require.Equal(t, 3, p.MaxAttempts)
+	require.Equal(t, time.Second, p.BaseDelay)
+	require.Equal(t, []time.Duration{500 * time.Millisecond, 2 * time.Second}, p.Schedule)
+	require.Equal(t, 45*time.Second, p.AttemptTimeout(2))
+}
+
+func struct2retry(attempts int) webhook.RetryConfig {
+	return webhook.RetryConfig{MaxAttempts: attempts, BaseDelayMS: 1000, MaxDelayMS: 300000, BackoffMultiplier: 2,
+		TimeoutMS: 30000, TimeoutGrowthFactor: 1.5, ScheduleMS: []int64{500, 2000}}
+}
+
+func TestSanitizeAndTruncate(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "ab", sanitize("a\x00b"))
+	require.Equal(t, "Erreur \uFFFD", sanitize("Erreur \xe9"))
+	require.Equal(t, "héllo", sanitize("héllo"))
+	require.Equal(t, "h", truncate("hé", 2), "never cut inside a character")
+	require.Equal(t, "hé", truncate("hé", 3))
+	require.Equal(t, "abc", truncate("abc", 10))
+}

@@ -1,0 +1,244 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// Guard decides, before an attempt, whether the endpoint may be tried now
+// (operator override, circuit breaker, token buckets) and feeds the breaker
+// with each outcome. Redis holds the live breaker and buckets; when it is
+// unreachable the breaker falls back to the state last persisted in
+// Postgres (if younger than 5 minutes, else closed) and the buckets let
+// everything through.
+type Guard struct {
+	breaker *breaker.Breaker
+	limits  *ratelimit.Limiter
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	// fallbackLogged limits the fallback warning to one a minute.
+	fallbackLogged atomic.Int64
+}
+
+// NewGuard returns a guard; breakers and buckets are Redis keys under the
+// caller's prefix.
+func NewGuard(b *breaker.Breaker, l *ratelimit.Limiter, pool *pgxpool.Pool, log *slog.Logger) *Guard {
+	return &Guard{breaker: b, limits: l, pool: pool, log: log}
+}
+
+const (
+	fallbackMaxAge  = 5 * time.Minute
+	maxForcedWait   = time.Minute
+	halfOpenNoProbe = 5 * time.Second
+)
+
+// admission is the guard's verdict.
+type admission struct {
+	allowed bool
+	probe   bool
+	delay   time.Duration
+	reason  string // circuit_open or rate_limited when not allowed
+}
+
+// admit decides about attempt t.Attempt of j at now.
+func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Policy, now time.Time, rnd func() float64) admission {
+	forcedClosed := false
+	if c := j.Circuit; c != nil && c.ForcedState != nil && (c.ForcedUntil == nil || now.Before(*c.ForcedUntil)) {
+		if *c.ForcedState == "open" {
+			wait := maxForcedWait
+			if c.ForcedUntil != nil {
+				wait = min(wait, c.ForcedUntil.Sub(now))
+			}
+			return admission{delay: wait, reason: "circuit_open"}
+		}
+		forcedClosed = true
+	}
+	probe := false
+	if j.Breaker.Enabled && !forcedClosed {
+		v, tr, err := g.breaker.Allow(ctx, t.WebhookID.String(), breakerConfig(j), now)
+		switch {
+		case err != nil:
+			g.fallback(err)
+			if c := j.Circuit; c != nil && c.State == "open" && now.Sub(c.UpdatedAt) < fallbackMaxAge {
+				return admission{delay: halfOpenNoProbe, reason: "circuit_open"}
+			}
+		default:
+			metrics.RedisFallback.Set(0)
+			g.transition(ctx, t, j, tr, now)
+			if !v.Allowed {
+				return admission{delay: postponeFor(t, policy, v.RetryIn, rnd), reason: "circuit_open"}
+			}
+			probe = v.Probe
+		}
+	}
+	// Buckets after the breaker, so that an open circuit spends no token;
+	// a probe the buckets refuse is given back.
+	if buckets := bucketsOf(t, j); len(buckets) > 0 {
+		ok, wait, err := g.limits.Take(ctx, now, buckets...)
+		switch {
+		case err != nil:
+			g.fallback(err)
+		case !ok:
+			if probe {
+				g.release(ctx, t)
+			}
+			metrics.RateLimitHits.WithLabelValues("delivery").Inc()
+			return admission{delay: max(wait, 10*time.Millisecond), reason: "rate_limited"}
+		}
+	}
+	return admission{allowed: true, probe: probe}
+}
+
+// release gives back a probe that will not be sent.
+func (g *Guard) release(ctx context.Context, t outbox.Task) {
+	if err := g.breaker.Release(context.WithoutCancel(ctx), t.WebhookID.String()); err != nil {
+		g.fallback(err)
+	}
+}
+
+// postponeFor is how long a delivery waits for an open circuit: the rest of
+// the sleep window before its first attempt, and the shorter of that and
+// its next backoff after.
+func postponeFor(t outbox.Task, policy retry.Policy, retryIn time.Duration, rnd func() float64) time.Duration {
+	if t.Attempt <= 1 {
+		return retryIn
+	}
+	return min(retryIn, policy.Backoff(t.Attempt-1, "", 0, rnd))
+}
+
+// observe feeds an attempt's outcome to the breaker. Client errors other
+// than 408 and 429 say nothing about the endpoint's health and count as
+// successes.
+func (g *Guard) observe(ctx context.Context, t outbox.Task, j job, res Response, probe bool, now time.Time) {
+	if !j.Breaker.Enabled {
+		return
+	}
+	tr, err := g.breaker.Record(ctx, t.WebhookID.String(), breakerConfig(j), now, healthy(res), probe)
+	if err != nil {
+		g.fallback(err)
+		return
+	}
+	g.transition(ctx, t, j, tr, now)
+}
+
+func healthy(res Response) bool {
+	switch res.Category {
+	case "", retry.ClientError, retry.PayloadTooLarge:
+		return res.StatusCode != 408
+	}
+	return false
+}
+
+// persistSQL keeps the last state of a circuit in Postgres, the fallback
+// for a Redis outage. updated_at is the moment the transition was decided,
+// and an older decision never overwrites a newer one (two workers may
+// persist in the opposite order of their decisions). Operator overrides in
+// the same row are left alone.
+const persistSQL = `INSERT INTO circuit_breaker_states (webhook_id, state, opened_at, sleep_window_ms, updated_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (webhook_id) DO UPDATE SET state = $2, opened_at = $3, sleep_window_ms = $4, updated_at = $5
+WHERE circuit_breaker_states.updated_at <= $5`
+
+// transition records a state change: Postgres, metrics and a log line.
+func (g *Guard) transition(ctx context.Context, t outbox.Task, j job, tr breaker.Transition, now time.Time) {
+	if tr == breaker.NoTransition {
+		return
+	}
+	metrics.CircuitTransitions.WithLabelValues(string(tr)).Inc()
+	state, gauge := "closed", 0.0
+	switch tr {
+	case breaker.Opened, breaker.Reopened:
+		state, gauge = "open", 2
+	case breaker.HalfOpened:
+		state, gauge = "half_open", 1
+	}
+	metrics.CircuitState.WithLabelValues(t.WebhookID.String()).Set(gauge)
+	var openedAt *time.Time
+	var sleepMS int64
+	if snap, err := g.breaker.Snapshot(ctx, t.WebhookID.String(), breakerConfig(j), now); err == nil && state != "closed" {
+		openedAt, sleepMS = &snap.OpenedAt, snap.SleepWindow.Milliseconds()
+	}
+	if _, err := g.pool.Exec(context.WithoutCancel(ctx), persistSQL, t.WebhookID, state, openedAt, sleepMS, now); err != nil {
+		g.log.Warn("circuit state not persisted", "webhook_id", t.WebhookID.String(), "error", err)
+	}
+	if tr == breaker.Opened || tr == breaker.ClosedAgain {
+		g.recordOwnerEvent(ctx, t, j, tr, now, sleepMS)
+	}
+	g.log.Warn("circuit breaker transition", "tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
+		"transition", string(tr), "state", state, "sleep_window_ms", sleepMS)
+}
+
+// ownerEventSQL records an event of the tenant's own about its endpoint.
+// The idempotency key names the webhook, the transition and its moment, so
+// the event is recorded once. It is recorded, not fanned out: delivering
+// owner notifications (without loops) belongs to the DLQ side.
+const ownerEventSQL = `INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id)
+VALUES ($1, $2, $3, 'hookline', $4, sha256(convert_to($4, 'UTF8')), 'high', $5, $1::text)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`
+
+func (g *Guard) recordOwnerEvent(ctx context.Context, t outbox.Task, j job, tr breaker.Transition, now time.Time, sleepMS int64) {
+	eventType := "webhook.circuit_opened"
+	if tr == breaker.ClosedAgain {
+		eventType = "webhook.circuit_recovered"
+	}
+	data, err := json.Marshal(map[string]any{"webhook_id": t.WebhookID, "url": j.URL, "transition": string(tr),
+		"at": now.UTC().Format(time.RFC3339Nano), "sleep_window_ms": sleepMS})
+	if err != nil {
+		return
+	}
+	key := fmt.Sprintf("circuit:%s:%s:%d", t.WebhookID, tr, now.UnixMilli())
+	if _, err := g.pool.Exec(context.WithoutCancel(ctx), ownerEventSQL, uuid.Must(uuid.NewV7()), t.TenantID, eventType, key, data); err != nil {
+		g.log.Warn("owner event not recorded", "webhook_id", t.WebhookID.String(), "event_type", eventType, "error", err)
+	}
+}
+
+func (g *Guard) fallback(err error) {
+	metrics.RedisFallback.Set(1)
+	now := time.Now().Unix()
+	if last := g.fallbackLogged.Load(); now-last >= 60 && g.fallbackLogged.CompareAndSwap(last, now) {
+		g.log.Warn("redis unreachable: circuit breakers fall back to Postgres state, rate limits are not enforced", "error", err)
+	}
+}
+
+// BreakerConfig converts a webhook's stored breaker settings into the
+// breaker's own; the worker and the health route use the same conversion.
+func BreakerConfig(c webhook.BreakerConfig) breaker.Config {
+	return breaker.Config{
+		ErrorThresholdPercentage: c.ErrorThresholdPercentage,
+		MinimumThroughput:        c.MinimumThroughput,
+		Window:                   time.Duration(c.WindowSizeMS) * time.Millisecond,
+		SleepWindow:              time.Duration(c.SleepWindowMS) * time.Millisecond,
+		HalfOpenMaxCalls:         c.HalfOpenMaxCalls,
+		HalfOpenSuccessThreshold: c.HalfOpenSuccessThreshold,
+		MaxSleepWindow:           time.Hour,
+	}
+}
+
+func breakerConfig(j job) breaker.Config { return BreakerConfig(j.Breaker) }
+
+// bucketsOf names the webhook's and the tenant's delivery buckets; a zero
+// limit (never set) is no bucket.
+func bucketsOf(t outbox.Task, j job) []ratelimit.Bucket {
+	var out []ratelimit.Bucket
+	if l := j.RateLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
+		out = append(out, ratelimit.Bucket{Key: "webhook:" + t.WebhookID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
+	}
+	if l := j.TenantLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
+		out = append(out, ratelimit.Bucket{Key: "tenant:" + t.TenantID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
+	}
+	return out
+}

@@ -1,0 +1,154 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound means no such delivery for the tenant.
+var ErrNotFound = errors.New("delivery not found")
+
+// Delivery is a delivery as the API shows it.
+type Delivery struct {
+	ID              uuid.UUID  `json:"id"`
+	EventID         uuid.UUID  `json:"event_id"`
+	WebhookID       uuid.UUID  `json:"webhook_id"`
+	EventType       string     `json:"event_type"`
+	Status          string     `json:"status"`
+	Priority        string     `json:"priority"`
+	AttemptCount    int        `json:"attempt_count"`
+	PostponedCount  int        `json:"postponed_count"`
+	LastStatusCode  *int       `json:"last_status_code"`
+	LastError       *string    `json:"last_error"`
+	FailureCategory *string    `json:"failure_category"`
+	NextAttemptAt   *time.Time `json:"next_attempt_at"`
+	RetryOf         *uuid.UUID `json:"retry_of"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
+	CompletedAt     *time.Time `json:"completed_at"`
+}
+
+// Detail is a delivery with every attempt, oldest first.
+type Detail struct {
+	Delivery
+	Attempts []Attempt `json:"attempts"`
+}
+
+// Attempt is one recorded attempt.
+type Attempt struct {
+	AttemptNumber      int               `json:"attempt_number"`
+	StatusCode         *int              `json:"status_code"`
+	FailureCategory    *string           `json:"failure_category"`
+	Error              *string           `json:"error"`
+	DurationMS         int               `json:"duration_ms"`
+	ResponseHeaders    map[string]string `json:"response_headers"`
+	ResponseBodySample *string           `json:"response_body_sample"`
+	ScheduledAt        time.Time         `json:"scheduled_at"`
+	ExecutedAt         time.Time         `json:"executed_at"`
+}
+
+// Reader serves the delivery history routes.
+type Reader struct {
+	pool *pgxpool.Pool
+}
+
+// NewReader returns a Reader.
+func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
+
+const deliveryColumns = `d.id, d.event_id, d.webhook_id, e.event_type, d.status, d.priority, d.attempt_count,
+    d.postponed_count, d.last_status_code, d.last_error, d.failure_category, d.next_attempt_at, d.retry_of,
+    d.created_at, d.updated_at, d.completed_at`
+
+const (
+	getDeliverySQL = `SELECT ` + deliveryColumns + `
+FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE d.id = $1 AND d.tenant_id = $2`
+
+	attemptsSQL = `SELECT attempt_number, status_code, failure_category, error, duration_ms, response_headers,
+    response_body_sample, scheduled_at, executed_at
+FROM delivery_attempts WHERE delivery_id = $1 AND delivery_created_at = $2
+ORDER BY attempt_number`
+
+	listDeliveriesSQL = `SELECT ` + deliveryColumns + `
+FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE d.webhook_id = $1 AND d.tenant_id = $2
+  AND ($3::uuid IS NULL OR d.id > $3)
+  AND ($4::text IS NULL OR d.status = $4)
+  AND ($5::text IS NULL OR e.event_type = $5)
+  AND ($6::timestamptz IS NULL OR d.created_at >= $6)
+  AND ($7::timestamptz IS NULL OR d.created_at < $7)
+ORDER BY d.id
+LIMIT $8`
+)
+
+// Get returns the tenant's delivery with all its attempts.
+func (r *Reader) Get(ctx context.Context, tenantID, id uuid.UUID) (Detail, error) {
+	dl, err := scanDelivery(r.pool.QueryRow(ctx, getDeliverySQL, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Detail{}, ErrNotFound
+	}
+	if err != nil {
+		return Detail{}, fmt.Errorf("load delivery %s: %w", id, err)
+	}
+	d := Detail{Delivery: dl}
+	rows, err := r.pool.Query(ctx, attemptsSQL, id, d.CreatedAt)
+	if err != nil {
+		return Detail{}, fmt.Errorf("load attempts of delivery %s: %w", id, err)
+	}
+	d.Attempts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		var headers []byte
+		err := row.Scan(&a.AttemptNumber, &a.StatusCode, &a.FailureCategory, &a.Error, &a.DurationMS, &headers,
+			&a.ResponseBodySample, &a.ScheduledAt, &a.ExecutedAt)
+		if err == nil && headers != nil {
+			err = json.Unmarshal(headers, &a.ResponseHeaders)
+		}
+		a.ScheduledAt, a.ExecutedAt = a.ScheduledAt.UTC(), a.ExecutedAt.UTC()
+		return a, err
+	})
+	if err != nil {
+		return Detail{}, fmt.Errorf("load attempts of delivery %s: %w", id, err)
+	}
+	if d.Attempts == nil {
+		d.Attempts = []Attempt{}
+	}
+	return d, nil
+}
+
+// ListFilter narrows List; nil fields do not filter.
+type ListFilter struct {
+	After     *uuid.UUID
+	Status    *string
+	EventType *string
+	From, To  *time.Time
+	Limit     int
+}
+
+// List returns a page of a webhook's deliveries, oldest first.
+func (r *Reader) List(ctx context.Context, tenantID, webhookID uuid.UUID, f ListFilter) ([]Delivery, error) {
+	rows, err := r.pool.Query(ctx, listDeliveriesSQL, webhookID, tenantID, f.After, f.Status, f.EventType, f.From, f.To, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) { return scanDelivery(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+func scanDelivery(row pgx.Row) (Delivery, error) {
+	var d Delivery
+	err := row.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
+		&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
+		&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt)
+	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+	return d, err
+}

@@ -1,0 +1,279 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// errGone means the delivery no longer exists (its tenant was deleted).
+var errGone = errors.New("delivery not found")
+
+// job is everything one attempt needs, loaded in one query.
+type job struct {
+	Status        string
+	AttemptCount  int
+	CreatedAt     time.Time
+	NextAttemptAt *time.Time
+	EventType     string
+	Source        string
+	IdemKey       string
+	Data          []byte
+	EventTime     time.Time
+	CorrelationID string
+	URL           string
+	Secrets       []string
+	Retry         webhook.RetryConfig
+	Headers       map[string]string
+	Active        bool
+	Deleted       bool
+	Breaker       webhook.BreakerConfig
+	RateLimit     webhook.RateLimit
+	TenantLimit   webhook.RateLimit
+	// Circuit is the breaker state last persisted to Postgres (nil when
+	// never written): the fallback when Redis is down, and operator
+	// overrides.
+	Circuit *persistedCircuit
+}
+
+// persistedCircuit is a circuit_breaker_states row.
+type persistedCircuit struct {
+	State       string
+	UpdatedAt   time.Time
+	ForcedState *string
+	ForcedUntil *time.Time
+}
+
+// store is the worker's SQL.
+type store struct {
+	pool *pgxpool.Pool
+}
+
+const loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
+    e.event_type, e.source, e.idempotency_key, e.data, e.created_at, e.correlation_id,
+    w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, w.retry_config, w.headers,
+    w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
+    t.rate_limit_rpm, t.rate_limit_burst,
+    c.state, c.updated_at, c.forced_state, c.forced_until
+FROM deliveries d
+JOIN events e ON e.id = d.event_id
+JOIN webhooks w ON w.id = d.webhook_id
+JOIN tenants t ON t.id = d.tenant_id
+LEFT JOIN circuit_breaker_states c ON c.webhook_id = d.webhook_id
+WHERE d.id = ANY($1)`
+
+// loadResult is a job or errGone.
+type loadResult struct {
+	job job
+	err error
+}
+
+// loadBatch loads the jobs of several deliveries with one query; the
+// secrets are those active at the time of loading.
+func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, error) {
+	rows, err := s.pool.Query(ctx, loadJobsSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load %d deliveries: %w", len(ids), err)
+	}
+	defer rows.Close()
+	now := time.Now()
+	found := make(map[uuid.UUID]job, len(ids))
+	for rows.Next() {
+		var id uuid.UUID
+		var j job
+		var prev *string
+		var prevUntil *time.Time
+		var retryRaw, headersRaw, breakerRaw, rateRaw []byte
+		var secret string
+		var cState *string
+		var cUpdated *time.Time
+		var forced *string
+		var forcedUntil *time.Time
+		if err := rows.Scan(&id, &j.Status, &j.AttemptCount, &j.CreatedAt, &j.NextAttemptAt,
+			&j.EventType, &j.Source, &j.IdemKey, &j.Data, &j.EventTime, &j.CorrelationID,
+			&j.URL, &secret, &prev, &prevUntil, &retryRaw, &headersRaw, &j.Active, &j.Deleted,
+			&breakerRaw, &rateRaw, &j.TenantLimit.RequestsPerMinute, &j.TenantLimit.Burst,
+			&cState, &cUpdated, &forced, &forcedUntil); err != nil {
+			return nil, fmt.Errorf("scan delivery: %w", err)
+		}
+		if cState != nil {
+			j.Circuit = &persistedCircuit{State: *cState, UpdatedAt: *cUpdated, ForcedState: forced, ForcedUntil: forcedUntil}
+		}
+		if err := json.Unmarshal(breakerRaw, &j.Breaker); err != nil {
+			return nil, fmt.Errorf("decode breaker config of delivery %s: %w", id, err)
+		}
+		if err := json.Unmarshal(rateRaw, &j.RateLimit); err != nil {
+			return nil, fmt.Errorf("decode rate limit of delivery %s: %w", id, err)
+		}
+		w := webhook.Webhook{Secret: secret, PreviousSecretExpiresAt: prevUntil}
+		if prev != nil {
+			w.PreviousSecret = *prev
+		}
+		j.Secrets = w.ActiveSecrets(now)
+		if err := json.Unmarshal(retryRaw, &j.Retry); err != nil {
+			return nil, fmt.Errorf("decode retry config of delivery %s: %w", id, err)
+		}
+		if err := json.Unmarshal(headersRaw, &j.Headers); err != nil {
+			return nil, fmt.Errorf("decode headers of delivery %s: %w", id, err)
+		}
+		found[id] = j
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load %d deliveries: %w", len(ids), err)
+	}
+	out := make([]loadResult, len(ids))
+	for i, id := range ids {
+		if j, ok := found[id]; ok {
+			out[i] = loadResult{job: j}
+		} else {
+			out[i] = loadResult{err: errGone}
+		}
+	}
+	return out, nil
+}
+
+// attemptRecord is one row of the attempt log plus what it does to the
+// delivery.
+type attemptRecord struct {
+	DeliveryID  uuid.UUID
+	CreatedAt   time.Time
+	Number      int
+	TenantID    uuid.UUID
+	WebhookID   uuid.UUID
+	Response    Response
+	ScheduledAt time.Time
+	ExecutedAt  time.Time
+	// Status is the delivery's new status: succeeded, retrying or exhausted.
+	Status        string
+	NextAttemptAt *time.Time
+}
+
+// recordSQL moves a batch of deliveries and appends their attempts in one
+// statement. The update names each attempt count and the states it may
+// move from, so a second worker holding a duplicate message (or a
+// redelivery after a crash) records nothing: an attempt number is written
+// once. It returns the deliveries whose attempt was recorded.
+const recordSQL = `WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::uuid[], $5::int[], $6::text[], $7::text[],
+                         $8::int[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::uuid[],
+                         $14::timestamptz[], $15::timestamptz[])
+        AS t(delivery_id, delivery_created_at, n, tenant_id, status_code, category, error,
+             duration_ms, status, headers, sample, next_at, webhook_id, scheduled_at, executed_at)
+), upd AS (
+    UPDATE deliveries d SET
+        status = i.status, attempt_count = i.n, next_attempt_at = i.next_at,
+        last_status_code = i.status_code, last_error = i.error, failure_category = i.category,
+        enqueued_at = NULL, updated_at = now(),
+        completed_at = CASE WHEN i.status IN ('succeeded', 'exhausted') THEN now() END
+    FROM input i
+    WHERE d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
+    RETURNING d.id
+)
+INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
+    status_code, failure_category, error, duration_ms, response_headers, response_body_sample,
+    scheduled_at, executed_at)
+SELECT i.delivery_id, i.delivery_created_at, i.n, i.tenant_id, i.webhook_id, i.status_code, i.category, i.error,
+    i.duration_ms, i.headers::jsonb, i.sample, i.scheduled_at, i.executed_at
+FROM input i JOIN upd ON upd.id = i.delivery_id
+RETURNING delivery_id`
+
+// recordBatch stores attempts; each result says whether that attempt was
+// recorded (false: another worker recorded this attempt number first).
+func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, error) {
+	n := len(recs)
+	ids, tenants, hooks := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
+	created, scheduled, executed := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	numbers, durations := make([]int32, n), make([]int32, n)
+	codes := make([]*int32, n)
+	categories, errs := make([]*string, n), make([]*string, n)
+	statuses, headers, samples := make([]string, n), make([]string, n), make([]string, n)
+	next := make([]*time.Time, n)
+	for i, r := range recs {
+		res := r.Response
+		ids[i], tenants[i], hooks[i] = r.DeliveryID, r.TenantID, r.WebhookID
+		created[i], scheduled[i], executed[i] = r.CreatedAt, r.ScheduledAt, r.ExecutedAt
+		numbers[i], durations[i] = int32(r.Number), int32(res.Duration.Milliseconds())
+		if res.StatusCode != 0 {
+			c := int32(res.StatusCode)
+			codes[i] = &c
+		}
+		if res.Category != "" {
+			c := string(res.Category)
+			categories[i] = &c
+		}
+		if res.Error != "" {
+			e := truncate(res.Error, 2000)
+			errs[i] = &e
+		}
+		statuses[i], samples[i], next[i] = r.Status, res.BodySample, r.NextAttemptAt
+		h, err := json.Marshal(res.Header)
+		if err != nil {
+			return nil, fmt.Errorf("encode response headers: %w", err)
+		}
+		headers[i] = string(h)
+	}
+	rows, err := s.pool.Query(ctx, recordSQL, ids, created, numbers, tenants, codes, categories, errs,
+		durations, statuses, headers, samples, next, hooks, scheduled, executed)
+	if err != nil {
+		return nil, fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	recorded := make(map[uuid.UUID]bool, len(done))
+	for _, id := range done {
+		recorded[id] = true
+	}
+	out := make([]bool, n)
+	for i, r := range recs {
+		out[i] = recorded[r.DeliveryID]
+	}
+	return out, nil
+}
+
+// markScheduled records that the message for attempt attempts+1 is
+// confirmed by the broker (see outbox.MarkEnqueuedSQL).
+func (s *store) markScheduled(ctx context.Context, id uuid.UUID, attempts int) error {
+	_, err := s.pool.Exec(ctx, outbox.MarkEnqueuedSQL, []uuid.UUID{id}, []int32{int32(attempts)})
+	return err
+}
+
+const (
+	cancelSQL = `UPDATE deliveries SET status = 'cancelled', completed_at = now(), updated_at = now(),
+    last_error = $2
+WHERE id = $1 AND status IN ('pending', 'retrying')`
+	postponeSQL = `UPDATE deliveries SET postponed_count = postponed_count + 1, updated_at = now()
+WHERE id = $1 AND status IN ('pending', 'retrying')`
+)
+
+func (s *store) cancel(ctx context.Context, id uuid.UUID, reason string) error {
+	_, err := s.pool.Exec(ctx, cancelSQL, id, reason)
+	return err
+}
+
+func (s *store) postponed(ctx context.Context, id uuid.UUID) error {
+	_, err := s.pool.Exec(ctx, postponeSQL, id)
+	return err
+}
+
+// truncate cuts s to at most n bytes on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,333 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookline/hookline/internal/batch"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// publisher is the part of queue.Publisher the worker uses.
+type publisher interface {
+	Publish(ctx context.Context, msgs ...queue.Message) error
+	PublishDead(ctx context.Context, m queue.Message) error
+}
+
+// Header names the worker adds to messages it sends back.
+const (
+	// headerInternalRetries counts how often a message was put back for our
+	// own failures; past maxInternalRetries it is dead-lettered.
+	headerInternalRetries = "x-internal-retries"
+	// HeaderDeadReason says why a message went to the dead-letter queue.
+	HeaderDeadReason = "x-dead-reason"
+)
+
+const (
+	internalRetryDelay = 5 * time.Second
+	maxInternalRetries = 720 // an hour of 5 s waits
+	hostBusyDelay      = time.Second
+	inactiveDelay      = time.Minute
+)
+
+// Worker handles delivery messages: the queue.Handler of the worker
+// process. Outcomes follow one rule: an endpoint's failure is an attempt
+// (recorded, then retried or exhausted); our own failure (database, broker,
+// shutdown) is not, and the message goes back without touching the
+// delivery's retry budget.
+type Worker struct {
+	store   *store
+	loads   *batch.Batcher[uuid.UUID, loadResult]
+	records *batch.Batcher[attemptRecord, bool]
+	sender  *Sender
+	guard   *Guard
+	pub     publisher
+	log     *slog.Logger
+	now     func() time.Time
+	rnd     func() float64
+}
+
+// NewWorker returns a worker. guard may be nil: no circuit breaker and no
+// rate limits (benchmarks of the bare pipeline).
+func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, log *slog.Logger) *Worker {
+	st := &store{pool: pool}
+	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers),
+		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers),
+		sender:  sender, guard: guard, pub: pub, log: log, now: time.Now, rnd: rand.Float64}
+}
+
+// Deliveries starting at the same moment are loaded by one query, and
+// attempts finished at the same moment are recorded by one statement.
+const (
+	recordBatchSize = 128
+	recordWorkers   = 4
+)
+
+// Serve runs consume (the queue consumer calling Handle) with the worker's
+// loader and attempt recorder around it: they start first and stop only
+// after consume has returned, so that attempts finishing during shutdown
+// are still recorded.
+func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
+	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{}, 2)
+	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
+	go func() { _ = w.records.Run(batchCtx); done <- struct{}{} }()
+	err := consume(ctx)
+	stop()
+	<-done
+	<-done
+	return err
+}
+
+// Handle is the queue.Handler.
+func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) queue.Disposition {
+	metrics.WorkerBusy.Inc()
+	defer metrics.WorkerBusy.Dec()
+	t, err := outbox.DecodeTask(d.Body)
+	if err != nil {
+		w.log.Error("malformed delivery message: dead-lettered", "message_id", d.MessageId, "error", err)
+		return queue.DeadLetter
+	}
+	return w.handle(ctx, t, d.Headers)
+}
+
+func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) queue.Disposition {
+	log := w.log.With("tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
+		"event_id", t.EventID.String(), "delivery_id", t.DeliveryID.String(), "correlation_id", t.CorrelationID)
+	loaded, err := w.loads.Do(context.WithoutCancel(ctx), t.DeliveryID)
+	if err == nil {
+		err = loaded.err
+	}
+	switch {
+	case errors.Is(err, errGone):
+		return queue.Ack
+	case err != nil:
+		return w.putBack(ctx, log, t, headers, "load", err)
+	}
+	j := loaded.job
+	if j.Status != "pending" && j.Status != "retrying" || j.AttemptCount >= t.Attempt {
+		return queue.Ack // finished, or this attempt is recorded already: a duplicate message
+	}
+	t.Attempt = j.AttemptCount + 1
+	switch {
+	case j.Deleted:
+		return w.settle(ctx, log, t, headers, "cancel", w.store.cancel(ctx, t.DeliveryID, "webhook deleted"))
+	case j.Data == nil:
+		return w.settle(ctx, log, t, headers, "cancel", w.store.cancel(ctx, t.DeliveryID, "event payload removed by retention"))
+	case !j.Active:
+		return w.postpone(ctx, log, t, headers, "inactive", inactiveDelay)
+	}
+	return w.attempt(ctx, log, t, j, headers)
+}
+
+// attempt sends one attempt, records it and schedules what follows.
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j job, headers amqp.Table) queue.Disposition {
+	policy := policyOf(j.Retry)
+	now := w.now()
+	probe := false
+	if w.guard != nil {
+		adm := w.guard.admit(ctx, t, j, policy, now, w.rnd)
+		if !adm.allowed {
+			return w.postpone(ctx, log, t, headers, adm.reason, adm.delay)
+		}
+		probe = adm.probe
+	}
+	body, h, err := buildRequest(t, j, now)
+	if err != nil {
+		return w.putBack(ctx, log, t, headers, "build", err)
+	}
+	res, err := w.sender.Send(ctx, Request{URL: j.URL, Body: body, Header: h, Timeout: policy.AttemptTimeout(t.Attempt)})
+	answered := w.now() // backoff and Retry-After count from the endpoint's answer
+	if errors.Is(err, errHostBusy) || ctx.Err() != nil {
+		if probe {
+			w.guard.release(ctx, t)
+		}
+		if ctx.Err() != nil {
+			// Cut off by our own shutdown: not the endpoint's attempt.
+			return queue.Requeue
+		}
+		return w.postpone(ctx, log, t, headers, "host_busy", hostBusyDelay)
+	}
+	if w.guard != nil {
+		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, answered)
+	}
+	decision := policy.Decide(res.Outcome(), t.Attempt, w.rnd)
+	if res.Category == retry.SSRFBlocked && !decision.Succeeded {
+		decision = retry.Decision{Exhausted: true, Reason: "endpoint address is not allowed"}
+	}
+	rec := attemptRecord{DeliveryID: t.DeliveryID, CreatedAt: j.CreatedAt, Number: t.Attempt, TenantID: t.TenantID,
+		WebhookID: t.WebhookID, Response: res, ScheduledAt: j.CreatedAt, ExecutedAt: now}
+	if j.NextAttemptAt != nil {
+		rec.ScheduledAt = *j.NextAttemptAt
+	}
+	var next time.Time
+	switch {
+	case decision.Succeeded:
+		rec.Status = "succeeded"
+	case decision.Retry:
+		rec.Status = "retrying"
+		next = answered.Add(decision.Delay)
+		rec.NextAttemptAt = &next
+	default:
+		rec.Status = "exhausted"
+		if rec.Response.Error == "" {
+			rec.Response.Error = decision.Reason
+		} else {
+			rec.Response.Error += " (" + decision.Reason + ")"
+		}
+	}
+	recorded, err := w.records.Do(context.WithoutCancel(ctx), rec)
+	if err != nil {
+		return w.putBack(ctx, log, t, headers, "record", err)
+	}
+	w.observe(log, t, j, rec, decision)
+	if !recorded {
+		return queue.Ack
+	}
+	switch rec.Status {
+	case "retrying":
+		w.scheduleRetry(ctx, log, t, next)
+	case "exhausted":
+		w.deadLetter(ctx, log, t, decision.Reason)
+	}
+	return queue.Ack
+}
+
+// scheduleRetry publishes the next attempt to the delay queues. If that
+// fails the relay republishes it once it is due.
+func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t outbox.Task, due time.Time) {
+	ctx = context.WithoutCancel(ctx)
+	next := t
+	next.Attempt++
+	if err := w.pub.Publish(ctx, next.Message(due)); err != nil {
+		log.Warn("retry not scheduled; the outbox relay will", "error", err)
+		return
+	}
+	if err := w.store.markScheduled(ctx, t.DeliveryID, t.Attempt); err != nil {
+		log.Warn("retry scheduled but not marked; the relay may send it twice", "error", err)
+	}
+}
+
+// deadLetter tells the dlq process about an exhausted delivery. The
+// delivery is already exhausted in Postgres; if this fails the dlq
+// process's sweep finds it.
+func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t outbox.Task, reason string) {
+	m := t.Message(time.Time{})
+	m.Headers = amqp.Table{HeaderDeadReason: "exhausted: " + reason}
+	if err := w.pub.PublishDead(context.WithoutCancel(ctx), m); err != nil {
+		log.Warn("exhausted delivery not sent to the dead-letter queue; the dlq sweep will record it", "error", err)
+	}
+}
+
+// postpone puts the delivery off without an attempt.
+func (w *Worker) postpone(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, reason string, d time.Duration) queue.Disposition {
+	metrics.DeliveriesPostponed.WithLabelValues(reason).Inc()
+	m := t.Message(w.now().Add(d))
+	m.Headers = copyHeaders(headers)
+	if err := w.pub.Publish(context.WithoutCancel(ctx), m); err != nil {
+		log.Warn("postponement not published; message returned", "reason", reason, "error", err)
+		return queue.Requeue
+	}
+	if reason != "host_busy" {
+		_ = w.store.postponed(context.WithoutCancel(ctx), t.DeliveryID)
+	}
+	return queue.Ack
+}
+
+// putBack returns a message after our own failure, through a delay tier so
+// that an outage does not spin it through its delivery limit; nothing is
+// recorded against the endpoint.
+func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, stage string, cause error) queue.Disposition {
+	metrics.WorkerInternalErrors.WithLabelValues(stage).Inc()
+	n := internalRetries(headers) + 1
+	if n > maxInternalRetries {
+		log.Error("delivery failed internally too often: dead-lettered", "stage", stage, "error", cause)
+		return queue.DeadLetter
+	}
+	log.Warn("delivery put back after an internal failure (not an attempt)", "stage", stage, "error", cause, "internal_retries", n)
+	m := t.Message(w.now().Add(internalRetryDelay))
+	m.Headers = copyHeaders(headers)
+	m.Headers[headerInternalRetries] = int64(n)
+	if err := w.pub.Publish(context.WithoutCancel(ctx), m); err != nil {
+		return queue.Requeue
+	}
+	return queue.Ack
+}
+
+func (w *Worker) settle(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, stage string, err error) queue.Disposition {
+	if err != nil {
+		return w.putBack(ctx, log, t, headers, stage, err)
+	}
+	return queue.Ack
+}
+
+// observe writes the attempt's log line and metrics.
+func (w *Worker) observe(log *slog.Logger, t outbox.Task, j job, rec attemptRecord, d retry.Decision) {
+	res := rec.Response
+	metrics.Deliveries.WithLabelValues(rec.Status, j.EventType, string(res.Category)).Inc()
+	outcome := "success"
+	if !d.Succeeded {
+		outcome = "failure"
+	}
+	metrics.DeliveryDuration.WithLabelValues(outcome).Observe(res.Duration.Seconds())
+	metrics.DeliveryAttemptNumber.Observe(float64(t.Attempt))
+	attrs := []any{"attempt", t.Attempt, "status", rec.Status, "status_code", res.StatusCode,
+		"category", string(res.Category), "duration_ms", res.Duration.Milliseconds(), "event_type", j.EventType}
+	if rec.NextAttemptAt != nil {
+		attrs = append(attrs, "next_attempt_at", rec.NextAttemptAt.UTC().Format(time.RFC3339Nano))
+	}
+	if d.Succeeded {
+		log.Info("delivery attempt", attrs...)
+		return
+	}
+	log.Warn("delivery attempt", append(attrs, "error", res.Error)...)
+}
+
+func policyOf(c webhook.RetryConfig) retry.Policy {
+	p := retry.Policy{
+		MaxAttempts:   c.MaxAttempts,
+		BaseDelay:     time.Duration(c.BaseDelayMS) * time.Millisecond,
+		MaxDelay:      time.Duration(c.MaxDelayMS) * time.Millisecond,
+		Multiplier:    c.BackoffMultiplier,
+		Timeout:       time.Duration(c.TimeoutMS) * time.Millisecond,
+		TimeoutGrowth: c.TimeoutGrowthFactor,
+	}
+	for _, ms := range c.ScheduleMS {
+		p.Schedule = append(p.Schedule, time.Duration(ms)*time.Millisecond)
+	}
+	return p
+}
+
+func internalRetries(h amqp.Table) int {
+	switch v := h[headerInternalRetries].(type) {
+	case int64:
+		return int(v)
+	case int32:
+		return int(v)
+	case int:
+		return v
+	}
+	return 0
+}
+
+func copyHeaders(h amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(h)+1)
+	for k, v := range h {
+		if k == queue.HeaderNotBefore || k == "x-death" || k == "x-delivery-count" {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}

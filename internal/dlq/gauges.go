@@ -1,0 +1,99 @@
+package dlq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/queue"
+)
+
+// Gauges keeps the queue depth and DLQ size gauges current. One dlq process
+// is enough to export them; every one does, harmlessly.
+type Gauges struct {
+	pool     *pgxpool.Pool
+	conn     *queue.Conn
+	topo     queue.Topology
+	log      *slog.Logger
+	Interval time.Duration
+}
+
+// NewGauges returns gauges refreshed every 15 s.
+func NewGauges(pool *pgxpool.Pool, conn *queue.Conn, topo queue.Topology, log *slog.Logger) *Gauges {
+	return &Gauges{pool: pool, conn: conn, topo: topo, log: log, Interval: 15 * time.Second}
+}
+
+const dlqSizeSQL = `SELECT tenant_id, count(*) FROM deliveries WHERE status = 'exhausted' GROUP BY tenant_id`
+
+// Run refreshes the gauges until ctx ends.
+func (g *Gauges) Run(ctx context.Context) error {
+	tick := time.NewTicker(g.Interval)
+	defer tick.Stop()
+	for {
+		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("gauges not refreshed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Refresh reads the queue depths and the DLQ size once.
+func (g *Gauges) Refresh(ctx context.Context) error {
+	if err := g.queues(); err != nil {
+		return err
+	}
+	rows, err := g.pool.Query(ctx, dlqSizeSQL)
+	if err != nil {
+		return fmt.Errorf("count exhausted deliveries: %w", err)
+	}
+	type count struct {
+		tenant uuid.UUID
+		n      int64
+	}
+	counts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (count, error) {
+		var c count
+		return c, r.Scan(&c.tenant, &c.n)
+	})
+	if err != nil {
+		return fmt.Errorf("count exhausted deliveries: %w", err)
+	}
+	metrics.DLQDeliveries.Reset()
+	for _, c := range counts {
+		metrics.DLQDeliveries.WithLabelValues(c.tenant.String()).Set(float64(c.n))
+	}
+	return nil
+}
+
+func (g *Gauges) queues() error {
+	conn, err := g.conn.Current()
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	names := map[string]string{"dead": g.topo.DeadQueue()}
+	for _, p := range queue.Priorities {
+		names[p] = g.topo.WorkQueue(p)
+	}
+	for label, name := range names {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("inspect queue %s: %w", name, err)
+		}
+		metrics.QueueDepth.WithLabelValues(label).Set(float64(q.Messages))
+	}
+	return nil
+}

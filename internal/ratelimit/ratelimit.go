@@ -1,0 +1,151 @@
+// Package ratelimit is the token buckets of SPEC section 8, kept in Redis so
+// that every worker and API instance draws from the same buckets.
+//
+// Take draws one token from several buckets at once (a webhook's and its
+// tenant's) in one Lua script: either every bucket gives a token or none
+// does. Time is never read from Redis: callers pass now, which keeps the
+// buckets deterministic in tests.
+//
+// Each bucket is one hash, <prefix>ratelimit:<key>, with two integer fields:
+// t, the tokens held in units of 1/60000 token (so a limit of N per minute
+// refills exactly N units per millisecond and no float is ever stored), and
+// ts, the unix millisecond the tokens were counted at. A missing bucket is a
+// full one. Every write sets the key's TTL to the time it takes to refill
+// fully plus ttlMargin, after which the bucket would be full anyway.
+//
+// Because one script touches every bucket of a Take, the buckets must live
+// on one Redis node (a single server, or keys in one cluster slot).
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// unitsPerToken is the fixed-point scale of stored tokens: a bucket
+// refilling PerMinute tokens a minute gains PerMinute units a millisecond.
+const unitsPerToken = 60_000
+
+// ttlMargin is added to the time to refill fully when setting a key's TTL.
+const ttlMargin = 10 * time.Second
+
+// ErrInvalidBucket is returned (wrapped) by Take for a bucket with no key, a
+// key given twice, or a limit below one token.
+var ErrInvalidBucket = errors.New("invalid rate limit bucket")
+
+// Limit is the size and refill rate of a token bucket.
+type Limit struct {
+	// PerMinute is how many tokens the bucket regains per minute (>= 1),
+	// continuously: 60 per minute is one every second.
+	PerMinute int
+	// Burst is how many tokens the bucket holds at most (>= 1); a new or
+	// idle bucket is full.
+	Burst int
+}
+
+// PerSecond returns the Limit of rps tokens per second holding at most
+// burst.
+func PerSecond(rps, burst int) Limit {
+	return Limit{PerMinute: rps * 60, Burst: burst}
+}
+
+// Bucket names one token bucket and its limit.
+type Bucket struct {
+	// Key identifies the bucket under the Limiter's prefix, for example
+	// "webhook:<id>" or "tenant:<id>".
+	Key string
+	// Limit is applied on every Take, so a changed limit applies at once.
+	Limit Limit
+}
+
+// Limiter takes tokens from buckets kept in Redis. It is safe for
+// concurrent use.
+type Limiter struct {
+	rdb    *redis.Client
+	prefix string
+}
+
+// New returns a Limiter keeping its buckets in rdb under keys that start
+// with prefix.
+func New(rdb *redis.Client, prefix string) *Limiter {
+	return &Limiter{rdb: rdb, prefix: prefix}
+}
+
+// Take takes one token from every bucket at now, atomically: ok when every
+// bucket had a token and one was taken from each. Otherwise nothing is
+// taken, and wait is how long until every bucket will have a token again
+// (the longest of their waits). Take with no bucket is always ok.
+func (l *Limiter) Take(ctx context.Context, now time.Time, buckets ...Bucket) (ok bool, wait time.Duration, err error) {
+	if len(buckets) == 0 {
+		return true, 0, nil
+	}
+	keys, args, err := l.scriptInput(now, buckets)
+	if err != nil {
+		return false, 0, err
+	}
+	res, err := takeScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return false, 0, fmt.Errorf("rate limit take %s: %w", keys, err)
+	}
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("rate limit take %s: unexpected reply %v", keys, res)
+	}
+	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
+}
+
+// scriptInput validates the buckets and lays them out for takeScript.
+func (l *Limiter) scriptInput(now time.Time, buckets []Bucket) ([]string, []any, error) {
+	keys := make([]string, len(buckets))
+	args := make([]any, 0, 2+2*len(buckets))
+	args = append(args, now.UnixMilli(), ttlMargin.Milliseconds())
+	seen := make(map[string]bool, len(buckets))
+	for i, b := range buckets {
+		switch {
+		case b.Key == "":
+			return nil, nil, fmt.Errorf("%w: empty key", ErrInvalidBucket)
+		case seen[b.Key]:
+			return nil, nil, fmt.Errorf("%w: %q given twice", ErrInvalidBucket, b.Key)
+		case b.Limit.PerMinute < 1 || b.Limit.Burst < 1:
+			return nil, nil, fmt.Errorf("%w: %q: %d per minute, burst %d", ErrInvalidBucket, b.Key, b.Limit.PerMinute, b.Limit.Burst)
+		}
+		seen[b.Key] = true
+		keys[i] = l.prefix + "ratelimit:" + b.Key
+		args = append(args, b.Limit.PerMinute, b.Limit.Burst)
+	}
+	return keys, args, nil
+}
+
+// takeScript: KEYS = the buckets. ARGV = now_ms, ttl_margin_ms, then per
+// bucket per_minute, burst. Each bucket is refilled to now (never back in
+// time: ts only moves forward), then either all buckets hold a token and
+// each loses one, or nothing is written and the reply carries the wait.
+// Returns {ok, wait_ms}.
+var takeScript = redis.NewScript(`
+local UNIT = ` + strconv.Itoa(unitsPerToken) + `
+local now, margin = tonumber(ARGV[1]), tonumber(ARGV[2])
+local buckets, wait = {}, 0
+for i, key in ipairs(KEYS) do
+  local rate, cap = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]) * UNIT
+  local v = redis.call('HMGET', key, 't', 'ts')
+  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  if tokens == nil or ts == nil then tokens, ts = cap, now end
+  if now > ts then tokens, ts = tokens + (now - ts) * rate, now end
+  tokens = math.min(tokens, cap)
+  if tokens < UNIT then
+    wait = math.max(wait, math.ceil((UNIT - tokens) / rate))
+  end
+  buckets[i] = {tokens - UNIT, ts, cap, rate}
+end
+if wait > 0 then return {0, wait} end
+for i, key in ipairs(KEYS) do
+  local b = buckets[i]
+  redis.call('HSET', key, 't', string.format('%d', b[1]), 'ts', string.format('%d', b[2]))
+  redis.call('PEXPIRE', key, math.ceil((b[3] - b[1]) / b[4]) + margin)
+end
+return {1, 0}
+`)
