@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/dlq"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/queue/queuetest"
+)
+
+func publishRaw(t *testing.T, exchange, key string, msg amqp.Publishing) {
+	t.Helper()
+	conn, err := amqp.Dial(queuetest.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	require.NoError(t, ch.Confirm(false))
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, false, false, msg)
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// A message no worker can read goes to the dead-letter queue at once, and
+// the dlq process takes it off (logged), instead of circulating.
+func TestMalformedMessageIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	before := testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed"))
+	publishRaw(t, s.topo.WorkExchange(), "normal", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("not a task")})
+	eventually(t, 15*time.Second, func() bool {
+		return testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed")) > before
+	}, "the dlq took the malformed message")
+	require.Zero(t, queuetest.Depth(t, s.topo.WorkQueue("normal")))
+}
+
+// A poison message (dead-lettered by its work queue after too many
+// deliveries, with no worker verdict) makes its delivery exhausted with a
+// reason saying so.
+func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		<-release // hold the first attempt: the delivery stays pending meanwhile
+	})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	hookID, _ := s.webhook(rc.URL, nil)
+	eventID := s.publish("order.created", map[string]any{})
+	id := s.deliveryOf(eventID)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the attempt never started")
+	}
+	var tenantID uuid.UUID
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
+
+	task := outbox.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: tenantID,
+		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
+	m := task.Message(time.Time{})
+	publishRaw(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
+		Headers: amqp.Table{"x-delivery-count": int64(20)}})
+	s.waitStatus(id, "exhausted", 15*time.Second)
+	var lastErr string
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr))
+	require.Contains(t, lastErr, "poison message")
+	require.Contains(t, lastErr, "20 times")
+
+	// The attempt that was in flight finishes after the delivery became
+	// exhausted: it is not recorded, the delivery stays exhausted.
+	releaseOnce()
+	eventually(t, 15*time.Second, func() bool { return len(rc.requests()) == 1 }, "one request")
+	require.Never(t, func() bool {
+		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status <> 'exhausted'`, id) > 0
+	}, time.Second, 50*time.Millisecond)
+	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, id))
+}
+
+func TestQueueDepthAndDLQGauges(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) })
+	s.webhook(rc.URL, nil)
+	id := s.deliveryOf(s.publish("order.created", map[string]any{}))
+	s.waitStatus(id, "exhausted", 15*time.Second)
+	var tenantID uuid.UUID
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
+
+	conn := queuetest.Conn(t, "")
+	queuetest.WaitConnected(t, conn)
+	g := dlq.NewGauges(s.pool, conn, s.topo, slog.New(slog.DiscardHandler))
+	require.NoError(t, g.Refresh(context.Background()))
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.DLQDeliveries.WithLabelValues(tenantID.String())))
+	for _, q := range []string{"high", "normal", "low", "dead"} {
+		require.Equal(t, 0.0, testutil.ToFloat64(metrics.QueueDepth.WithLabelValues(q)), q)
+	}
+}

@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+var deliveryStatuses = map[string]bool{"pending": true, "retrying": true, "succeeded": true, "exhausted": true, "cancelled": true}
+
+// listDeliveries pages through a webhook's deliveries, oldest first, with
+// optional status, event_type and created-time (from inclusive, to
+// exclusive) filters.
+func (s *Server) listDeliveries(c *gin.Context) {
+	hookID, err := pathID(c, "id")
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	tenantID := principal(c).TenantID
+	if _, err := s.webhooks.Get(c.Request.Context(), tenantID, hookID); err != nil {
+		abort(c, mapWebhookErr(err))
+		return
+	}
+	p, err := parsePage(c)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	f := delivery.ListFilter{After: p.After, Limit: p.Limit + 1}
+	if st := c.Query("status"); st != "" {
+		if !deliveryStatuses[st] {
+			abort(c, fielderr.New("status", "must be pending, retrying, succeeded, exhausted or cancelled"))
+			return
+		}
+		f.Status = &st
+	}
+	if et := c.Query("event_type"); et != "" {
+		if err := webhook.ValidateEventType(et); err != nil {
+			abort(c, fielderr.New("event_type", "%s", err.Error()))
+			return
+		}
+		f.EventType = &et
+	}
+	if f.From, err = parseTimeQuery(c, "from"); err != nil {
+		abort(c, err)
+		return
+	}
+	if f.To, err = parseTimeQuery(c, "to"); err != nil {
+		abort(c, err)
+		return
+	}
+	list, err := s.deliveries.List(c.Request.Context(), tenantID, hookID, f)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, listResponse(list, p.Limit, func(d delivery.Delivery) uuid.UUID { return d.ID }))
+}
+
+// getDelivery returns a delivery with every attempt.
+func (s *Server) getDelivery(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	d, err := s.deliveries.Get(c.Request.Context(), principal(c).TenantID, id)
+	if errors.Is(err, delivery.ErrNotFound) {
+		abort(c, errNotFound)
+		return
+	}
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, d)
+}
+
+func parseTimeQuery(c *gin.Context, name string) (*time.Time, error) {
+	v := c.Query(name)
+	if v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil, fielderr.New(name, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	}
+	return &t, nil
+}

@@ -1,0 +1,165 @@
+// Package httpapi is the Gin REST API of hookline: routing, authentication,
+// JSON errors and the handlers of every /v1 resource.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/netguard"
+	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// Server holds what the handlers need.
+type Server struct {
+	cfg        config.Config
+	log        *slog.Logger
+	tenants    *tenant.Store
+	auth       authenticator
+	webhooks   *webhook.Store
+	events     *event.Service
+	deliveries *delivery.Reader
+	breaker    *breaker.Breaker
+	overrides  *breaker.Overrides
+	limits     *ratelimit.Limiter
+	// limitsDownUntil (unix nanoseconds) pauses publish limiting after a
+	// Redis failure.
+	limitsDownUntil atomic.Int64
+	rules           webhook.Rules
+	checks          health.Checks
+	now             func() time.Time
+}
+
+// Deps are the collaborators of the API.
+type Deps struct {
+	Config     config.Config
+	Log        *slog.Logger
+	Tenants    *tenant.Store
+	Webhooks   *webhook.Store
+	Events     *event.Service
+	Deliveries *delivery.Reader
+	// Breaker reads live circuits; Overrides keeps operator overrides;
+	// Limits holds the publish token buckets.
+	Breaker   *breaker.Breaker
+	Overrides *breaker.Overrides
+	Limits    *ratelimit.Limiter
+	Checks    health.Checks
+}
+
+// New returns a Server; Handler builds its routes.
+func New(d Deps) (*Server, error) {
+	policy, err := netguard.NewPolicy(d.Config.Network.AllowPrivateNetworks, d.Config.Network.AllowCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:        d.Config,
+		log:        d.Log,
+		tenants:    d.Tenants,
+		auth:       d.Tenants,
+		webhooks:   d.Webhooks,
+		events:     d.Events,
+		deliveries: d.Deliveries,
+		breaker:    d.Breaker,
+		overrides:  d.Overrides,
+		limits:     d.Limits,
+		checks:     d.Checks,
+		now:        time.Now,
+		rules: webhook.Rules{
+			RequireHTTPS:     d.Config.API.RequireHTTPS,
+			Network:          policy,
+			Resolver:         net.DefaultResolver,
+			DefaultRateLimit: webhook.RateLimit(d.Config.Defaults.WebhookRateLimit),
+		},
+	}
+	if ttl := d.Config.API.AuthCacheTTL.D(); ttl > 0 {
+		s.auth = tenant.NewCachedAuth(d.Tenants, ttl)
+	}
+	return s, nil
+}
+
+// authenticator checks tenant API keys.
+type authenticator interface {
+	Authenticate(ctx context.Context, key string) (tenant.Principal, error)
+}
+
+// Handler returns the HTTP handler with every route.
+func (s *Server) Handler() http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	r.Use(s.recoverJSON, s.observe)
+	r.NoRoute(func(c *gin.Context) { abort(c, errNotFound) })
+	r.NoMethod(func(c *gin.Context) {
+		abort(c, newError(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+
+	r.GET("/healthz", gin.WrapH(health.LiveHandler()))
+	r.GET("/readyz", gin.WrapH(health.ReadyHandler(s.checks)))
+	r.GET("/metrics", gin.WrapH(promhttp.Handler()))
+	r.GET("/openapi.json", serveOpenAPI)
+
+	admin := r.Group("/v1/tenants", s.requireAdmin)
+	admin.POST("", s.createTenant)
+	admin.GET("/:id", s.getTenant)
+	admin.PATCH("/:id", s.updateTenant)
+
+	v1 := r.Group("/v1", s.requireTenant)
+	v1.POST("/webhooks", s.createWebhook)
+	v1.GET("/webhooks", s.listWebhooks)
+	v1.GET("/webhooks/:id", s.getWebhook)
+	v1.PUT("/webhooks/:id", s.replaceWebhook)
+	v1.PATCH("/webhooks/:id", s.patchWebhook)
+	v1.DELETE("/webhooks/:id", s.deleteWebhook)
+	v1.POST("/webhooks/:id/secret/rotate", s.rotateSecret)
+	v1.GET("/webhooks/:id/deliveries", s.listDeliveries)
+	v1.GET("/webhooks/:id/health", s.webhookHealth)
+	v1.PATCH("/webhooks/:id/circuit-breaker", s.overrideCircuit)
+	v1.GET("/deliveries/:id", s.getDelivery)
+	v1.POST("/events", s.publishEvent)
+	v1.GET("/events", s.findEvents)
+	v1.GET("/events/:id", s.getEvent)
+	return r
+}
+
+// recoverJSON turns a panic into a logged 500 without leaking the stack.
+func (s *Server) recoverJSON(c *gin.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panicked", "method", c.Request.Method, "path", c.Request.URL.Path, "panic", v)
+			abort(c, newError(http.StatusInternalServerError, "internal_error", "an internal error occurred; it has been logged"))
+		}
+	}()
+	c.Next()
+}
+
+// observe records request metrics and attaches a request logger.
+func (s *Server) observe(c *gin.Context) {
+	start := time.Now()
+	c.Set(loggerKey, s.log)
+	c.Next()
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	metrics.ObserveHTTP(route, c.Request.Method, c.Writer.Status(), time.Since(start))
+}

@@ -1,0 +1,84 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hookline/hookline/internal/tenant"
+)
+
+const maxAdminBody = 64 << 10
+
+type createdTenant struct {
+	tenant.Tenant
+	APIKey string `json:"api_key"`
+}
+
+func (s *Server) createTenant(c *gin.Context) {
+	var in tenant.Input
+	if err := decodeJSON(c, maxAdminBody, &in); err != nil {
+		abort(c, err)
+		return
+	}
+	t, err := tenant.Build(tenant.WithDefaults(s.cfg.Defaults), in, true)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	t, key, err := s.tenants.Create(c.Request.Context(), t)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	logger(c).Info("tenant created", "tenant_id", t.ID.String())
+	c.JSON(http.StatusCreated, createdTenant{Tenant: t, APIKey: key})
+}
+
+func (s *Server) getTenant(c *gin.Context) {
+	t, err := s.loadTenant(c)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, t)
+}
+
+func (s *Server) updateTenant(c *gin.Context) {
+	t, err := s.loadTenant(c)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	var in tenant.Input
+	if err := decodeJSON(c, maxAdminBody, &in); err != nil {
+		abort(c, err)
+		return
+	}
+	if t, err = tenant.Build(t, in, false); err != nil {
+		abort(c, err)
+		return
+	}
+	if t, err = s.tenants.Update(c.Request.Context(), t); err != nil {
+		abort(c, mapTenantErr(err))
+		return
+	}
+	c.JSON(http.StatusOK, t)
+}
+
+func (s *Server) loadTenant(c *gin.Context) (tenant.Tenant, error) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return tenant.Tenant{}, err
+	}
+	t, err := s.tenants.Get(c.Request.Context(), id)
+	return t, mapTenantErr(err)
+}
+
+func mapTenantErr(err error) error {
+	if errors.Is(err, tenant.ErrNotFound) {
+		return errNotFound
+	}
+	return err
+}

@@ -1,0 +1,143 @@
+// Package metrics declares every Prometheus metric hookline exports, in one
+// place, so that dashboards and alert rules can be checked against it.
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "hookline"
+
+var (
+	httpRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "http_requests_total",
+		Help: "API requests by route, method and status code.",
+	}, []string{"route", "method", "code"})
+	httpDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "http_request_duration_seconds",
+		Help:    "API request latency by route and method.",
+		Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"route", "method"})
+)
+
+// ObserveHTTP records one API request.
+func ObserveHTTP(route, method string, code int, d time.Duration) {
+	httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// Publishing and the outbox.
+var (
+	PublishRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "publish_requests_total",
+		Help: "Event publish requests by outcome: accepted, replayed, conflict, invalid, too_large, error.",
+	}, []string{"outcome"})
+	PublishDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "publish_duration_seconds",
+		Help:    "Time to accept an event: validation, idempotency check and the durable commit.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
+	})
+	DeliveriesCreated = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "deliveries_created_total",
+		Help: "Deliveries created by fan-out.",
+	})
+	OutboxPublished = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "outbox_published_total",
+		Help: "Deliveries confirmed by the broker, by the post-commit dispatcher or the relay.",
+	})
+	OutboxRelayed = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "outbox_relayed_total",
+		Help: "Deliveries republished by the relay because no confirm was recorded in time.",
+	})
+	OutboxDropped = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "outbox_dispatch_skipped_total",
+		Help: "Deliveries the post-commit dispatcher had no room for; the relay publishes them.",
+	})
+	OutboxBacklog = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "outbox_backlog",
+		Help: "Committed deliveries not yet confirmed as enqueued.",
+	})
+	OutboxLag = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "outbox_lag_seconds",
+		Help: "Age of the oldest committed delivery not yet confirmed as enqueued.",
+	})
+	IdempotencyCache = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "idempotency_cache_total",
+		Help: "Redis idempotency fast-path lookups by result: hit, miss, error.",
+	}, []string{"result"})
+)
+
+// Delivery workers.
+var (
+	Deliveries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "deliveries_total",
+		Help: "Delivery attempts by the status they left the delivery in (succeeded, retrying, exhausted), event type and failure category (empty on success).",
+	}, []string{"status", "event_type", "failure_category"})
+	DeliveryDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "delivery_duration_seconds",
+		Help:    "Duration of delivery attempts (the endpoint's HTTP exchange), by outcome (success, failure).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"outcome"})
+	DeliveryAttemptNumber = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "delivery_attempt_number",
+		Help:    "Attempt number of each delivery attempt (1 is the first try).",
+		Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50},
+	})
+	DeliveriesPostponed = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "deliveries_postponed_total",
+		Help: "Deliveries put off without an attempt, by reason (host_busy, inactive, circuit_open, rate_limited).",
+	}, []string{"reason"})
+	WorkerInternalErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "worker_internal_errors_total",
+		Help: "Deliveries put back because of our own failure (database, broker), by stage; not charged to the endpoint.",
+	}, []string{"stage"})
+	WorkerBusy = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "worker_busy",
+		Help: "Deliveries being handled right now by this worker process.",
+	})
+	WorkerCapacity = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "worker_capacity",
+		Help: "Deliveries this worker process handles at once at most (worker.concurrency).",
+	})
+	DeadLettered = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "dead_lettered_total",
+		Help: "Messages recorded from the dead-letter queue by the dlq process, by reason (exhausted, poison, gone).",
+	}, []string{"reason"})
+)
+
+// Queues and the dead-letter side, observed by the dlq process.
+var (
+	QueueDepth = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "queue_depth",
+		Help: "Messages ready in a RabbitMQ queue, by queue (high, normal, low, dead).",
+	}, []string{"queue"})
+	DLQDeliveries = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "dlq_deliveries",
+		Help: "Exhausted deliveries (the DLQ, never auto-purged), by tenant.",
+	}, []string{"tenant_id"})
+)
+
+// Circuit breakers and rate limits.
+var (
+	CircuitState = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "circuit_breaker_state",
+		Help: "Circuit state per webhook as this worker last saw it: 0 closed, 1 half-open, 2 open. One series per webhook.",
+	}, []string{"webhook_id"})
+	CircuitTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "circuit_breaker_transitions_total",
+		Help: "Circuit transitions decided by this worker: opened, half_opened, closed, reopened.",
+	}, []string{"transition"})
+	RateLimitHits = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "rate_limit_hits_total",
+		Help: "Requests refused by a token bucket: deliveries (webhook or tenant bucket) and publishes.",
+	}, []string{"scope"})
+	RedisFallback = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "redis_fallback_active",
+		Help: "1 while Redis is unreachable and circuit decisions fall back to the state persisted in Postgres (rate limits fail open).",
+	})
+)
