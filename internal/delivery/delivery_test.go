@@ -165,20 +165,26 @@ func TestSenderRecordsResponseAndRefusesRedirects(t *testing.T) {
 func TestSenderHostLimit(t *testing.T) {
 	t.Parallel()
 	hold := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hold }))
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-hold
+	}))
 	defer srv.Close()
 	defer close(hold)
 	s := NewSender(SenderConfig{ConnectTimeout: time.Second, MaxConnsPerHost: 1, UserAgent: UserAgent}, netguard.Policy{AllowPrivate: true})
-	started := make(chan struct{})
 	go func() {
-		close(started)
-		_, _ = s.Send(context.Background(), Request{URL: srv.URL, Header: http.Header{}, Timeout: 5 * time.Second})
+		_, _ = s.Send(context.Background(), Request{URL: srv.URL, Header: http.Header{}, Timeout: 10 * time.Second})
 	}()
-	<-started
-	require.Eventually(t, func() bool {
-		_, err := s.Send(context.Background(), Request{URL: srv.URL, Header: http.Header{}, Timeout: time.Second})
-		return errors.Is(err, errHostBusy)
-	}, 5*time.Second, 10*time.Millisecond, "a second request to a host at its limit is refused without sending")
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the server")
+	}
+	// The only connection the host may have is held by the first request.
+	_, err := s.Send(context.Background(), Request{URL: srv.URL, Header: http.Header{}, Timeout: time.Second})
+	require.ErrorIs(t, err, errHostBusy, "a second request to a host at its limit is refused without sending")
+	require.Empty(t, arrived, "the refused request never reached the server")
 }
 
 func TestPolicyOf(t *testing.T) {
