@@ -39,9 +39,37 @@ type Config struct {
 	// SIGTERM before it gives the rest back. Default 25s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 
-	Worker   Worker   `yaml:"worker"`
-	Network  Network  `yaml:"network"`
-	Defaults Defaults `yaml:"defaults"`
+	Worker    Worker    `yaml:"worker"`
+	DLQ       DLQ       `yaml:"dlq"`
+	Retention Retention `yaml:"retention"`
+	Network   Network   `yaml:"network"`
+	Defaults  Defaults  `yaml:"defaults"`
+}
+
+// DLQ configures how the dlq process runs batch retries.
+type DLQ struct {
+	// BatchConcurrency is how many batch operations one dlq process runs at
+	// once. Default 2.
+	BatchConcurrency int `yaml:"batch_concurrency"`
+	// BatchClaimTimeout is how long a running batch may go without a
+	// heartbeat from the dlq process that claimed it before another one
+	// takes it over (its process died). Default 30s.
+	BatchClaimTimeout Duration `yaml:"batch_claim_timeout"`
+}
+
+// Retention configures what the dlq process removes, and when (SPEC 14).
+type Retention struct {
+	// Interval is how often the retention job runs. Default 1h.
+	Interval Duration `yaml:"interval"`
+	// AttemptsAge is how long attempts and succeeded deliveries are kept.
+	// Default 2160h (90 days).
+	AttemptsAge Duration `yaml:"attempts_age"`
+	// PayloadAge is how long the payload of a fully delivered event is
+	// kept. Default 168h (7 days).
+	PayloadAge Duration `yaml:"payload_age"`
+	// BatchSize bounds the rows one statement removes, so that no statement
+	// holds its locks for long. Default 5000.
+	BatchSize int `yaml:"batch_size"`
 }
 
 // Worker configures the delivery workers.
@@ -155,6 +183,13 @@ func Default() Config {
 			MaxConnsPerHost: 5,
 		},
 		ShutdownGrace: Duration(25 * time.Second),
+		DLQ:           DLQ{BatchConcurrency: 2, BatchClaimTimeout: Duration(30 * time.Second)},
+		Retention: Retention{
+			Interval:    Duration(time.Hour),
+			AttemptsAge: Duration(90 * 24 * time.Hour),
+			PayloadAge:  Duration(7 * 24 * time.Hour),
+			BatchSize:   5000,
+		},
 		API: API{
 			Addr:                "127.0.0.1:8080",
 			MaxPayloadBytes:     256 << 10,
@@ -302,6 +337,24 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.MaxConnsPerHost < 1 || c.Worker.MaxConnsPerHost > 1000 {
 		bad("worker.max_conns_per_host", "must be between 1 and 1000, got %d", c.Worker.MaxConnsPerHost)
+	}
+	if c.DLQ.BatchConcurrency < 1 || c.DLQ.BatchConcurrency > 100 {
+		bad("dlq.batch_concurrency", "must be between 1 and 100, got %d", c.DLQ.BatchConcurrency)
+	}
+	if c.DLQ.BatchClaimTimeout.D() < time.Second || c.DLQ.BatchClaimTimeout.D() > time.Hour {
+		bad("dlq.batch_claim_timeout", "must be between 1s and 1h")
+	}
+	if c.Retention.Interval.D() < time.Second || c.Retention.Interval.D() > 7*24*time.Hour {
+		bad("retention.interval", "must be between 1s and 168h")
+	}
+	if c.Retention.AttemptsAge.D() < 24*time.Hour {
+		bad("retention.attempts_age", "must be at least 24h (attempts are partitioned by day)")
+	}
+	if c.Retention.PayloadAge.D() < time.Hour {
+		bad("retention.payload_age", "must be at least 1h")
+	}
+	if c.Retention.BatchSize < 1 || c.Retention.BatchSize > 100_000 {
+		bad("retention.batch_size", "must be between 1 and 100000, got %d", c.Retention.BatchSize)
 	}
 	if c.AMQP.Prefix == "" {
 		bad("amqp.prefix", "must not be empty")

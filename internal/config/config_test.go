@@ -61,6 +61,9 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.True(t, got.API.MigrateOnStart)
 	require.Equal(t, 5*time.Second, got.API.AuthCacheTTL.D())
 	require.Equal(t, config.Worker{Concurrency: 256, Prefetch: 256, ConnectTimeout: config.Duration(10 * time.Second), MaxConnsPerHost: 5}, got.Worker)
+	require.Equal(t, config.DLQ{BatchConcurrency: 2, BatchClaimTimeout: config.Duration(30 * time.Second)}, got.DLQ)
+	require.Equal(t, config.Retention{Interval: config.Duration(time.Hour), AttemptsAge: config.Duration(90 * 24 * time.Hour),
+		PayloadAge: config.Duration(7 * 24 * time.Hour), BatchSize: 5000}, got.Retention)
 	require.Equal(t, "127.0.0.1:9091", got.MetricsAddr)
 	require.Equal(t, 25*time.Second, got.ShutdownGrace.D())
 	require.False(t, got.Network.AllowPrivateNetworks)
@@ -96,6 +99,8 @@ api:
 metrics_addr: ":9999"
 shutdown_grace: 90s
 worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2}
+dlq: {batch_concurrency: 3, batch_claim_timeout: 5s}
+retention: {interval: 10m, attempts_age: 720h, payload_age: 48h, batch_size: 100}
 network:
   allow_private_networks: true
   allow_cidrs: ["10.1.0.0/16", "fd00::/8"]
@@ -123,7 +128,10 @@ defaults:
 			SecretRotationGrace: config.Duration(90 * time.Minute),
 			MigrateOnStart:      false,
 		},
-		Worker:  config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2},
+		Worker: config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2},
+		DLQ:    config.DLQ{BatchConcurrency: 3, BatchClaimTimeout: config.Duration(5 * time.Second)},
+		Retention: config.Retention{Interval: config.Duration(10 * time.Minute), AttemptsAge: config.Duration(720 * time.Hour),
+			PayloadAge: config.Duration(48 * time.Hour), BatchSize: 100},
 		Network: config.Network{AllowPrivateNetworks: true, AllowCIDRs: []string{"10.1.0.0/16", "fd00::/8"}},
 		Defaults: config.Defaults{
 			TenantRateLimit:        config.RateLimit{RequestsPerMinute: 11, Burst: 12},
@@ -390,6 +398,12 @@ func TestValidate(t *testing.T) {
 		{"worker prefetch 0", func(c *config.Config) { c.Worker.Prefetch = 0 }, "worker.prefetch"},
 		{"worker connect timeout tiny", func(c *config.Config) { c.Worker.ConnectTimeout = config.Duration(time.Millisecond) }, "worker.connect_timeout"},
 		{"worker conns per host 0", func(c *config.Config) { c.Worker.MaxConnsPerHost = 0 }, "worker.max_conns_per_host"},
+		{"batch concurrency 0", func(c *config.Config) { c.DLQ.BatchConcurrency = 0 }, "dlq.batch_concurrency"},
+		{"batch claim timeout tiny", func(c *config.Config) { c.DLQ.BatchClaimTimeout = config.Duration(time.Millisecond) }, "dlq.batch_claim_timeout"},
+		{"retention interval 0", func(c *config.Config) { c.Retention.Interval = 0 }, "retention.interval"},
+		{"attempts age under a day", func(c *config.Config) { c.Retention.AttemptsAge = config.Duration(time.Hour) }, "retention.attempts_age"},
+		{"payload age tiny", func(c *config.Config) { c.Retention.PayloadAge = config.Duration(time.Minute) }, "retention.payload_age"},
+		{"retention batch 0", func(c *config.Config) { c.Retention.BatchSize = 0 }, "retention.batch_size"},
 		{"auth cache ttl negative", func(c *config.Config) { c.API.AuthCacheTTL = config.Duration(-time.Second) }, "api.auth_cache_ttl"},
 		{"auth cache ttl too long", func(c *config.Config) { c.API.AuthCacheTTL = config.Duration(2 * time.Hour) }, "api.auth_cache_ttl"},
 		{"rotation grace negative", func(c *config.Config) { c.API.SecretRotationGrace = config.Duration(-time.Second) }, "api.secret_rotation_grace"},

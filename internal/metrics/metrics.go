@@ -120,6 +120,26 @@ var (
 		Namespace: Namespace, Name: "dlq_deliveries",
 		Help: "Exhausted deliveries (the DLQ, never auto-purged), by tenant.",
 	}, []string{"tenant_id"})
+	BatchOperations = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "batch_operations",
+		Help: "DLQ batch retry operations, by state (pending, running, completed, cancelled, failed).",
+	}, []string{"state"})
+	BatchReenqueued = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "batch_reenqueued_total",
+		Help: "Exhausted deliveries given a new delivery by a batch retry run by this dlq process.",
+	})
+	OwnerNotifications = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "owner_notifications_total",
+		Help: "Owner notification events, by type and outcome (created, or suppressed to avoid a notification loop).",
+	}, []string{"event_type", "outcome"})
+	RetentionPruned = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "retention_pruned_total",
+		Help: "Rows removed by the retention job, by kind (attempts, attempt_partitions, deliveries, payloads, events).",
+	}, []string{"kind"})
+	RetentionLastSuccess = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "retention_last_success_timestamp_seconds",
+		Help: "Unix time of the last retention run that finished without error.",
+	})
 )
 
 // Circuit breakers and rate limits.

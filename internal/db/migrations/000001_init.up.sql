@@ -100,7 +100,10 @@ CREATE TABLE deliveries (
     last_status_code  integer,
     last_error        text,
     failure_category  text,
+    -- A retry (single or batch) is a new delivery of the same event to the
+    -- same webhook, linked to the exhausted one it retries.
     retry_of          uuid REFERENCES deliveries (id) ON DELETE SET NULL,
+    batch_operation_id uuid,
     -- Outbox: set when the broker confirmed the message for the next
     -- attempt (the first, or a scheduled retry); cleared when an attempt is
     -- recorded. The relay republishes deliveries still NULL a few seconds
@@ -120,6 +123,8 @@ CREATE INDEX deliveries_outbox_idx ON deliveries ((coalesce(next_attempt_at, cre
 CREATE INDEX deliveries_exhausted_idx ON deliveries (tenant_id, id) WHERE status = 'exhausted';
 CREATE UNIQUE INDEX deliveries_one_retry_idx ON deliveries (retry_of)
     WHERE retry_of IS NOT NULL AND status IN ('pending', 'retrying');
+CREATE INDEX deliveries_retry_of_idx ON deliveries (retry_of) WHERE retry_of IS NOT NULL;
+CREATE INDEX deliveries_batch_idx ON deliveries (batch_operation_id, status) WHERE batch_operation_id IS NOT NULL;
 
 -- Terminal states are final: no statement may move a delivery out of
 -- succeeded, exhausted or cancelled.
@@ -208,12 +213,21 @@ CREATE TABLE batch_operations (
     priority            text NOT NULL CHECK (priority IN ('high', 'normal', 'low')),
     state               text NOT NULL DEFAULT 'pending'
                         CHECK (state IN ('pending', 'running', 'completed', 'cancelled', 'failed')),
+    -- The batch covers the exhausted deliveries matching filter, not yet
+    -- retried, up to upto_delivery_id (the newest one when it started).
+    upto_delivery_id    uuid,
     total               integer NOT NULL DEFAULT 0,
     processed           integer NOT NULL DEFAULT 0,
+    -- Deliveries skipped because they had been retried meanwhile.
+    skipped             integer NOT NULL DEFAULT 0,
     succeeded           integer NOT NULL DEFAULT 0,
     failed              integer NOT NULL DEFAULT 0,
-    -- Checkpoint: the last exhausted delivery id handled, for resuming.
+    -- Checkpoint: the last exhausted delivery id handled, committed with
+    -- the new deliveries it created, for resuming.
     last_delivery_id    uuid,
+    -- Set when every delivery of the batch has been given its retry; the
+    -- batch completes when their outcomes are all known.
+    enqueued_all_at     timestamptz,
     claimed_by          text,
     heartbeat_at        timestamptz,
     error               text,
@@ -222,3 +236,5 @@ CREATE TABLE batch_operations (
     finished_at         timestamptz
 );
 CREATE INDEX batch_operations_open_idx ON batch_operations (created_at) WHERE state IN ('pending', 'running');
+CREATE INDEX batch_operations_tenant_idx ON batch_operations (tenant_id, id);
+ALTER TABLE deliveries ADD FOREIGN KEY (batch_operation_id) REFERENCES batch_operations (id) ON DELETE SET NULL;
