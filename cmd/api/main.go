@@ -17,6 +17,7 @@ import (
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/outbox"
@@ -83,6 +84,7 @@ func run(ctx context.Context, args []string) error {
 		Webhooks:   webhook.NewStore(deps.PG),
 		Events:     events,
 		Deliveries: delivery.NewReader(deps.PG),
+		DLQ:        dlq.NewStore(deps.PG, dispatcher),
 		Breaker:    breaker.New(deps.Redis, cfg.Redis.KeyPrefix),
 		Overrides:  breaker.NewOverrides(deps.PG),
 		Limits:     ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix),

@@ -2,17 +2,16 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/notify"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/retry"
@@ -182,27 +181,27 @@ func (g *Guard) transition(ctx context.Context, t outbox.Task, j job, tr breaker
 		"transition", string(tr), "state", state, "sleep_window_ms", sleepMS)
 }
 
-// ownerEventSQL records an event of the tenant's own about its endpoint.
-// The idempotency key names the webhook, the transition and its moment, so
-// the event is recorded once. It is recorded, not fanned out: delivering
-// owner notifications (without loops) belongs to the DLQ side.
-const ownerEventSQL = `INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id)
-VALUES ($1, $2, $3, 'hookline', $4, sha256(convert_to($4, 'UTF8')), 'high', $5, $1::text)
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`
-
+// recordOwnerEvent records the circuit notification (see package notify),
+// unless the transition was decided by the outcome of a notification's own
+// delivery, which would start a loop. Its deliveries are enqueued by the
+// outbox relay.
 func (g *Guard) recordOwnerEvent(ctx context.Context, t outbox.Task, j job, tr breaker.Transition, now time.Time, sleepMS int64) {
-	eventType := "webhook.circuit_opened"
+	eventType := notify.CircuitOpened
 	if tr == breaker.ClosedAgain {
-		eventType = "webhook.circuit_recovered"
+		eventType = notify.CircuitRecovered
 	}
-	data, err := json.Marshal(map[string]any{"webhook_id": t.WebhookID, "url": j.URL, "transition": string(tr),
-		"at": now.UTC().Format(time.RFC3339Nano), "sleep_window_ms": sleepMS})
-	if err != nil {
+	if notify.IsNotification(j.EventType) {
+		notify.Suppressed(eventType)
+		g.log.Info("owner notification suppressed: the transition came from delivering a notification",
+			"webhook_id", t.WebhookID.String(), "event_type", eventType)
 		return
 	}
-	key := fmt.Sprintf("circuit:%s:%s:%d", t.WebhookID, tr, now.UnixMilli())
-	if _, err := g.pool.Exec(context.WithoutCancel(ctx), ownerEventSQL, uuid.Must(uuid.NewV7()), t.TenantID, eventType, key, data); err != nil {
-		g.log.Warn("owner event not recorded", "webhook_id", t.WebhookID.String(), "event_type", eventType, "error", err)
+	n := notify.Notification{TenantID: t.TenantID, Type: eventType, About: t.WebhookID, At: now,
+		Key:  fmt.Sprintf("circuit:%s:%s:%d", t.WebhookID, tr, now.UnixMilli()),
+		Data: map[string]any{"webhook_id": t.WebhookID, "url": j.URL, "transition": string(tr),
+			"at": now.UTC().Format(time.RFC3339Nano), "sleep_window_ms": sleepMS}}
+	if _, err := notify.Record(context.WithoutCancel(ctx), g.pool, n); err != nil {
+		g.log.Warn("owner notification not recorded", "webhook_id", t.WebhookID.String(), "event_type", eventType, "error", err)
 	}
 }
 

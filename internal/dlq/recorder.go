@@ -6,41 +6,94 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/notify"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
 )
 
 // Recorder is the queue.Handler of the dead-letter queue.
 type Recorder struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool     *pgxpool.Pool
+	dispatch dispatcher
+	log      *slog.Logger
 }
 
-// NewRecorder returns a recorder.
-func NewRecorder(pool *pgxpool.Pool, log *slog.Logger) *Recorder {
-	return &Recorder{pool: pool, log: log}
+// NewRecorder returns a recorder; d enqueues the deliveries of the owner
+// notifications it records.
+func NewRecorder(pool *pgxpool.Pool, d dispatcher, log *slog.Logger) *Recorder {
+	return &Recorder{pool: pool, dispatch: d, log: log}
 }
 
 // recordSQL marks a dead-lettered delivery. One a worker exhausted is
 // already exhausted and only gains its dead_lettered_at; a poison message's
 // delivery is still pending or retrying and becomes exhausted here, with
-// the reason as its last error.
-const recordSQL = `UPDATE deliveries SET
+// the reason as its last error. It returns what the owner notification
+// needs, and whether this is the first time the delivery is recorded.
+const recordSQL = `WITH prev AS (
+    SELECT id, dead_lettered_at IS NULL AS fresh FROM deliveries
+    WHERE id = $1 AND status IN ('pending', 'retrying', 'exhausted')
+    FOR UPDATE
+)
+UPDATE deliveries d SET
     status = 'exhausted',
-    last_error = CASE WHEN status = 'exhausted' THEN last_error ELSE $2 END,
-    completed_at = coalesce(completed_at, now()),
-    dead_lettered_at = coalesce(dead_lettered_at, now()),
+    last_error = CASE WHEN d.status = 'exhausted' THEN d.last_error ELSE $2 END,
+    completed_at = coalesce(d.completed_at, now()),
+    dead_lettered_at = coalesce(d.dead_lettered_at, now()),
     updated_at = now()
-WHERE id = $1 AND status IN ('pending', 'retrying', 'exhausted')`
+FROM prev, events e
+WHERE d.id = prev.id AND e.id = d.event_id
+RETURNING prev.fresh, ` + exhaustedColumns
+
+// exhaustedColumns describe an exhausted delivery d of event e for its
+// owner notification.
+const exhaustedColumns = `d.id, d.tenant_id, d.webhook_id, d.event_id, e.event_type, d.attempt_count,
+    d.failure_category, d.last_status_code, d.last_error, d.completed_at, d.retry_of`
+
+// exhausted is an exhausted delivery as its notification describes it.
+type exhausted struct {
+	DeliveryID      uuid.UUID  `json:"delivery_id"`
+	TenantID        uuid.UUID  `json:"-"`
+	WebhookID       uuid.UUID  `json:"webhook_id"`
+	EventID         uuid.UUID  `json:"event_id"`
+	EventType       string     `json:"event_type"`
+	AttemptCount    int        `json:"attempt_count"`
+	FailureCategory *string    `json:"failure_category"`
+	LastStatusCode  *int       `json:"last_status_code"`
+	LastError       *string    `json:"last_error"`
+	ExhaustedAt     time.Time  `json:"exhausted_at"`
+	RetryOf         *uuid.UUID `json:"retry_of"`
+}
+
+func (x *exhausted) fields() []any {
+	return []any{&x.DeliveryID, &x.TenantID, &x.WebhookID, &x.EventID, &x.EventType, &x.AttemptCount,
+		&x.FailureCategory, &x.LastStatusCode, &x.LastError, &x.ExhaustedAt, &x.RetryOf}
+}
+
+// notifyExhausted records the webhook.delivery_exhausted notification of x
+// in tx, unless x delivered a notification itself.
+func notifyExhausted(ctx context.Context, tx pgx.Tx, log *slog.Logger, x exhausted) ([]outbox.Task, error) {
+	if notify.IsNotification(x.EventType) {
+		notify.Suppressed(notify.DeliveryExhausted)
+		log.Info("owner notification suppressed: the exhausted delivery was a notification",
+			"delivery_id", x.DeliveryID.String(), "event_type", x.EventType)
+		return nil, nil
+	}
+	x.ExhaustedAt = x.ExhaustedAt.UTC()
+	return notify.Record(ctx, tx, notify.Notification{TenantID: x.TenantID, Type: notify.DeliveryExhausted,
+		About: x.WebhookID, Key: "exhausted:" + x.DeliveryID.String(), Data: x, At: time.Now()})
+}
 
 const retryDelay = time.Second
 
@@ -53,7 +106,7 @@ func (r *Recorder) Handle(ctx context.Context, d amqp.Delivery) queue.Dispositio
 		return queue.Ack
 	}
 	reason, kind := deadReason(d)
-	tag, err := r.pool.Exec(ctx, recordSQL, t.DeliveryID, reason)
+	found, tasks, err := r.record(ctx, t.DeliveryID, reason)
 	if err != nil {
 		r.log.Warn("dead letter not recorded yet; retrying", "delivery_id", t.DeliveryID.String(), "error", err)
 		select {
@@ -62,13 +115,40 @@ func (r *Recorder) Handle(ctx context.Context, d amqp.Delivery) queue.Dispositio
 		}
 		return queue.Requeue
 	}
-	if tag.RowsAffected() == 0 {
+	if !found {
 		kind = "gone"
 	}
+	r.dispatch.Enqueue(tasks...)
 	metrics.DeadLettered.WithLabelValues(kind).Inc()
 	r.log.Info("dead letter recorded", "delivery_id", t.DeliveryID.String(), "tenant_id", t.TenantID.String(),
 		"webhook_id", t.WebhookID.String(), "event_id", t.EventID.String(), "reason", reason)
 	return queue.Ack
+}
+
+// record marks the delivery dead-lettered and, the first time, records its
+// owner notification in the same transaction.
+func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (bool, []outbox.Task, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	var fresh bool
+	var x exhausted
+	err = tx.QueryRow(ctx, recordSQL, id, reason).Scan(append([]any{&fresh}, x.fields()...)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, nil
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	var tasks []outbox.Task
+	if fresh {
+		if tasks, err = notifyExhausted(ctx, tx, r.log, x); err != nil {
+			return false, nil, err
+		}
+	}
+	return true, tasks, tx.Commit(ctx)
 }
 
 // deadReason tells an exhausted delivery (sent by a worker) from a poison

@@ -83,7 +83,7 @@ func newGuardedSystem(t *testing.T) *guardedSystem {
 	cfg.API.AdminToken = adminToken
 	cfg.Network.AllowPrivateNetworks = true
 	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool), Checks: health.Checks{},
+		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool), DLQ: dlq.NewStore(pool, dispatcher), Checks: health.Checks{},
 		Breaker: breaker.New(rdb, prefix), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, prefix)})
 	require.NoError(t, err)
 	api := httptest.NewServer(srv.Handler())
@@ -95,7 +95,7 @@ func newGuardedSystem(t *testing.T) *guardedSystem {
 	worker := delivery.NewWorker(workerPool, sender, guard, pub, log)
 	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: 16, Grace: time.Second}, worker.Handle)
 	recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8, Concurrency: 2, Grace: time.Second},
-		dlq.NewRecorder(pool, log).Handle)
+		dlq.NewRecorder(pool, dispatcher, log).Handle)
 
 	bg, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -43,12 +43,13 @@ const adminToken = "e2e-admin-token"
 // system is an api, workers and a dlq recorder on their own database and
 // queues.
 type system struct {
-	t     *testing.T
-	pool  *pgxpool.Pool
-	api   *httptest.Server
-	topo  queue.Topology
-	key   string
-	pgTap *testproxy.Proxy // between the worker and Postgres
+	t        *testing.T
+	pool     *pgxpool.Pool
+	api      *httptest.Server
+	topo     queue.Topology
+	key      string
+	tenantID uuid.UUID
+	pgTap    *testproxy.Proxy // between the worker and Postgres
 }
 
 type options struct {
@@ -87,7 +88,7 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	cfg.API.AdminToken = adminToken
 	cfg.Network.AllowPrivateNetworks = true
 	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool), Checks: health.Checks{},
+		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool), DLQ: dlq.NewStore(pool, dispatcher), Checks: health.Checks{},
 		Breaker: breaker.New(rdb, redisPrefix), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, redisPrefix)})
 	require.NoError(t, err)
 	api := httptest.NewServer(srv.Handler())
@@ -99,12 +100,15 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	worker := delivery.NewWorker(workerPool, sender, guard, pub, log)
 	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: o.workers, Grace: time.Second}, worker.Handle)
 	recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8, Concurrency: 2, Grace: time.Second},
-		dlq.NewRecorder(pool, log).Handle)
+		dlq.NewRecorder(pool, dispatcher, log).Handle)
+
+	batches := dlq.NewRunner(pool, dispatcher, log, 2, 2*time.Second)
+	batches.Poll = 100 * time.Millisecond
 
 	bg, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run, recorder.Run,
-		func(ctx context.Context) error { return worker.Serve(ctx, consumer.Run) }} {
+		batches.Run, func(ctx context.Context) error { return worker.Serve(ctx, consumer.Run) }} {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(bg) }()
 	}
@@ -115,6 +119,7 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	var tn map[string]any
 	s.call("POST", "/v1/tenants", adminToken, map[string]any{"name": "e2e"}, http.StatusCreated, &tn)
 	s.key = tn["api_key"].(string)
+	s.tenantID = uuid.MustParse(tn["id"].(string))
 	return s
 }
 

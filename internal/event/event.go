@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/notify"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -58,6 +59,8 @@ type Result struct {
 	Priority       string    `json:"priority"`
 	Deliveries     int       `json:"deliveries"`
 	CreatedAt      time.Time `json:"created_at"`
+	// ReplayOf names the original of an event made by Replay.
+	ReplayOf *uuid.UUID `json:"replay_of,omitempty"`
 	// Replayed is true when the key was seen before with the same request:
 	// nothing new was created and this is the original event.
 	Replayed bool `json:"-"`
@@ -71,6 +74,9 @@ func normalize(r *Request) ([]byte, error) {
 	}
 	if err := webhook.ValidateEventType(r.EventType); err != nil {
 		return nil, fielderr.New("event_type", "%s", err.Error())
+	}
+	if notify.Reserved(r.EventType) {
+		return nil, fielderr.New("event_type", "%s* event types are reserved for owner notifications", notify.ReservedPrefix)
 	}
 	if len(r.Data) == 0 {
 		return nil, fielderr.New("data", "is required: a JSON object")

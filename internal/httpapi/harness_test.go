@@ -21,6 +21,7 @@ import (
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
 	"github.com/hookline/hookline/internal/outbox"
@@ -116,6 +117,7 @@ func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
 		Webhooks:   webhook.NewStore(pool),
 		Events:     events,
 		Deliveries: delivery.NewReader(pool),
+		DLQ:        dlq.NewStore(pool, dispatcher),
 		Breaker:    breaker.New(rdb, redisPrefix),
 		Overrides:  breaker.NewOverrides(pool),
 		Limits:     ratelimit.New(rdb, redisPrefix),

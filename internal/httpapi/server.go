@@ -16,6 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
 	"github.com/hookline/hookline/internal/metrics"
@@ -34,6 +35,7 @@ type Server struct {
 	webhooks   *webhook.Store
 	events     *event.Service
 	deliveries *delivery.Reader
+	dlq        *dlq.Store
 	breaker    *breaker.Breaker
 	overrides  *breaker.Overrides
 	limits     *ratelimit.Limiter
@@ -53,6 +55,8 @@ type Deps struct {
 	Webhooks   *webhook.Store
 	Events     *event.Service
 	Deliveries *delivery.Reader
+	// DLQ retries exhausted deliveries, alone or in batches.
+	DLQ *dlq.Store
 	// Breaker reads live circuits; Overrides keeps operator overrides;
 	// Limits holds the publish token buckets.
 	Breaker   *breaker.Breaker
@@ -75,6 +79,7 @@ func New(d Deps) (*Server, error) {
 		webhooks:   d.Webhooks,
 		events:     d.Events,
 		deliveries: d.Deliveries,
+		dlq:        d.DLQ,
 		breaker:    d.Breaker,
 		overrides:  d.Overrides,
 		limits:     d.Limits,
@@ -131,10 +136,18 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/webhooks/:id/deliveries", s.listDeliveries)
 	v1.GET("/webhooks/:id/health", s.webhookHealth)
 	v1.PATCH("/webhooks/:id/circuit-breaker", s.overrideCircuit)
+	v1.POST("/webhooks/:id/deliveries/:delivery_id/retry", s.retryDelivery)
 	v1.GET("/deliveries/:id", s.getDelivery)
 	v1.POST("/events", s.publishEvent)
 	v1.GET("/events", s.findEvents)
 	v1.GET("/events/:id", s.getEvent)
+	v1.POST("/events/:id/replay", s.replayEvent)
+	v1.GET("/dlq", s.listDLQ)
+	v1.GET("/dlq/counts", s.countDLQ)
+	v1.POST("/dlq/retry-batch", s.createBatch)
+	v1.GET("/dlq/batch-operations", s.listBatches)
+	v1.GET("/dlq/batch-operations/:id", s.getBatch)
+	v1.POST("/dlq/batch-operations/:id/cancel", s.cancelBatch)
 	return r
 }
 

@@ -1,0 +1,189 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// UnknownCategory is the failure category shown for an exhausted delivery
+// that has none: a poison message, dead-lettered by its work queue before
+// any attempt was recorded.
+const UnknownCategory = "unknown"
+
+// FailureCategories are the values a DLQ filter may name.
+var FailureCategories = []string{
+	string(retry.Timeout), string(retry.ServerError), string(retry.ClientError), string(retry.Network),
+	string(retry.DNS), string(retry.SSL), string(retry.RateLimit), string(retry.PayloadTooLarge),
+	string(retry.CircuitOpen), string(retry.SSRFBlocked), UnknownCategory,
+}
+
+// maxFilterValues bounds each list of a DLQ filter.
+const maxFilterValues = 100
+
+// DeadLetterFilter selects exhausted deliveries (the DLQ) of a tenant. Empty
+// fields do not filter. From (inclusive) and To (exclusive) bound the time
+// the delivery was exhausted.
+type DeadLetterFilter struct {
+	WebhookIDs        []uuid.UUID `json:"webhook_ids,omitempty"`
+	EventTypes        []string    `json:"event_types,omitempty"`
+	FailureCategories []string    `json:"failure_categories,omitempty"`
+	From              *time.Time  `json:"from,omitempty"`
+	To                *time.Time  `json:"to,omitempty"`
+}
+
+// Empty reports whether f selects the whole DLQ.
+func (f DeadLetterFilter) Empty() bool {
+	return len(f.WebhookIDs) == 0 && len(f.EventTypes) == 0 && len(f.FailureCategories) == 0 && f.From == nil && f.To == nil
+}
+
+// Validate names the first bad field of f, prefixed with path (for example
+// "filter.").
+func (f DeadLetterFilter) Validate(path string) error {
+	switch {
+	case len(f.WebhookIDs) > maxFilterValues:
+		return fielderr.New(path+"webhook_ids", "at most %d values", maxFilterValues)
+	case len(f.EventTypes) > maxFilterValues:
+		return fielderr.New(path+"event_types", "at most %d values", maxFilterValues)
+	case len(f.FailureCategories) > maxFilterValues:
+		return fielderr.New(path+"failure_categories", "at most %d values", maxFilterValues)
+	}
+	for i, et := range f.EventTypes {
+		if err := webhook.ValidateEventType(et); err != nil {
+			return fielderr.New(fmt.Sprintf("%sevent_types[%d]", path, i), "%s", err.Error())
+		}
+	}
+	for i, c := range f.FailureCategories {
+		if !slices.Contains(FailureCategories, c) {
+			return fielderr.New(fmt.Sprintf("%sfailure_categories[%d]", path, i), "must be one of %s",
+				strings.Join(FailureCategories, ", "))
+		}
+	}
+	if f.From != nil && f.To != nil && !f.From.Before(*f.To) {
+		return fielderr.New(path+"to", "must be after from")
+	}
+	return nil
+}
+
+// DeadLetterWhere is the condition that selects the deliveries d (joined
+// with their events e) that a DeadLetterFilter names; its arguments come
+// from Args.
+const DeadLetterWhere = `d.tenant_id = @tenant_id AND d.status = 'exhausted'
+  AND (@webhook_ids::uuid[] IS NULL OR d.webhook_id = ANY(@webhook_ids::uuid[]))
+  AND (@event_types::text[] IS NULL OR e.event_type = ANY(@event_types::text[]))
+  AND (@categories::text[] IS NULL OR coalesce(d.failure_category, '` + UnknownCategory + `') = ANY(@categories::text[]))
+  AND (@from::timestamptz IS NULL OR d.completed_at >= @from::timestamptz)
+  AND (@to::timestamptz IS NULL OR d.completed_at < @to::timestamptz)`
+
+// NotRetried excludes deliveries that already have a retry (which is itself
+// in the DLQ if it failed too).
+const NotRetried = `NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id)`
+
+// Args returns the named arguments of DeadLetterWhere.
+func (f DeadLetterFilter) Args(tenantID uuid.UUID) pgx.NamedArgs {
+	a := pgx.NamedArgs{"tenant_id": tenantID, "webhook_ids": nil, "event_types": nil, "categories": nil,
+		"from": f.From, "to": f.To}
+	if len(f.WebhookIDs) > 0 {
+		a["webhook_ids"] = f.WebhookIDs
+	}
+	if len(f.EventTypes) > 0 {
+		a["event_types"] = f.EventTypes
+	}
+	if len(f.FailureCategories) > 0 {
+		a["categories"] = f.FailureCategories
+	}
+	return a
+}
+
+// DeadLetter is an exhausted delivery as the DLQ lists it.
+type DeadLetter struct {
+	Delivery
+	// RetriedBy is the newest retry of this delivery, if any.
+	RetriedBy *uuid.UUID `json:"retried_by"`
+}
+
+// DeadLetterQuery is one page of the DLQ.
+type DeadLetterQuery struct {
+	Filter DeadLetterFilter
+	// IncludeRetried lists deliveries that were retried since; by default
+	// the DLQ shows only those still waiting for an operator.
+	IncludeRetried bool
+	After          *uuid.UUID
+	Limit          int
+}
+
+const deadLettersSQL = `SELECT ` + deliveryColumns + `,
+    (SELECT r.id FROM deliveries r WHERE r.retry_of = d.id ORDER BY r.id DESC LIMIT 1)
+FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE ` + DeadLetterWhere + `
+  AND (@include_retried OR ` + NotRetried + `)
+  AND (@after::uuid IS NULL OR d.id > @after::uuid)
+ORDER BY d.id
+LIMIT @limit`
+
+// DeadLetters returns a page of the tenant's DLQ, oldest first.
+func (r *Reader) DeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLetterQuery) ([]DeadLetter, error) {
+	args := q.Filter.Args(tenantID)
+	args["include_retried"], args["after"], args["limit"] = q.IncludeRetried, q.After, q.Limit
+	rows, err := r.pool.Query(ctx, deadLettersSQL, args)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
+		var dl DeadLetter
+		d := &dl.Delivery
+		err := row.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
+			&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
+			&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt, &dl.RetriedBy)
+		d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+		return dl, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeadLetterCounts sums a filtered DLQ by failure category.
+type DeadLetterCounts struct {
+	Total      int            `json:"total"`
+	ByCategory map[string]int `json:"by_category"`
+}
+
+const deadLetterCountsSQL = `SELECT coalesce(d.failure_category, '` + UnknownCategory + `'), count(*)
+FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE ` + DeadLetterWhere + `
+  AND (@include_retried OR ` + NotRetried + `)
+GROUP BY 1`
+
+// CountDeadLetters counts the DLQ entries q.Filter selects (its page fields
+// are ignored).
+func (r *Reader) CountDeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLetterQuery) (DeadLetterCounts, error) {
+	args := q.Filter.Args(tenantID)
+	args["include_retried"] = q.IncludeRetried
+	rows, err := r.pool.Query(ctx, deadLetterCountsSQL, args)
+	if err != nil {
+		return DeadLetterCounts{}, fmt.Errorf("count dead letters: %w", err)
+	}
+	c := DeadLetterCounts{ByCategory: map[string]int{}}
+	var category string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&category, &n}, func() error {
+		c.ByCategory[category] = n
+		c.Total += n
+		return nil
+	})
+	if err != nil {
+		return DeadLetterCounts{}, fmt.Errorf("count dead letters: %w", err)
+	}
+	return c, nil
+}

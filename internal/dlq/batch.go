@@ -1,0 +1,410 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+)
+
+// Runner runs batch retries in a dlq process. Several dlq processes may
+// run: each batch is claimed by one, which heartbeats while it works; a
+// batch whose heartbeat stops for ClaimTimeout is taken over by another
+// (or the restarted) process and resumes from its checkpoint.
+//
+// A batch works in chunks, each one transaction that creates the new
+// deliveries and moves the checkpoint past the exhausted ones it handled;
+// the new deliveries are enqueued after the commit (and by the outbox relay
+// if the process dies first). A delivery is thus given its retry exactly
+// once, however often the process is killed.
+type Runner struct {
+	pool     *pgxpool.Pool
+	dispatch dispatcher
+	log      *slog.Logger
+	// ID names this process in claimed_by.
+	ID string
+	// Concurrency is how many batches this process runs at once.
+	Concurrency int
+	// ClaimTimeout is how stale a claim must be to be taken over.
+	ClaimTimeout time.Duration
+	// Poll is how often the runner looks for work and updates outcomes.
+	Poll time.Duration
+}
+
+// NewRunner returns a runner named after the host and process id.
+func NewRunner(pool *pgxpool.Pool, d dispatcher, log *slog.Logger, concurrency int, claimTimeout time.Duration) *Runner {
+	host, _ := os.Hostname()
+	return &Runner{pool: pool, dispatch: d, log: log, ID: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
+		Concurrency: concurrency, ClaimTimeout: claimTimeout, Poll: time.Second}
+}
+
+// claim is a batch as its runner needs it.
+type claim struct {
+	id        uuid.UUID
+	tenantID  uuid.UUID
+	filter    delivery.DeadLetterFilter
+	rps       int
+	priority  string
+	upto      *uuid.UUID
+	startedAt time.Time
+	last      *uuid.UUID
+}
+
+const claimSQL = `UPDATE batch_operations SET state = 'running', claimed_by = $1, heartbeat_at = now(),
+    started_at = coalesce(started_at, now())
+WHERE id = (
+    SELECT id FROM batch_operations
+    WHERE enqueued_all_at IS NULL
+      AND (state = 'pending' OR (state = 'running' AND heartbeat_at < now() - $2::interval))
+    ORDER BY created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING id, tenant_id, filter, requests_per_second, priority, upto_delivery_id, started_at, last_delivery_id`
+
+// Run claims and runs batches, and keeps their outcome counts current,
+// until ctx ends. Batches in progress stop at their next chunk; their
+// checkpoint lets the next claimant resume.
+func (r *Runner) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, r.Concurrency)
+	tick := time.NewTicker(r.Poll)
+	defer tick.Stop()
+	for {
+		if err := r.TrackOutcomes(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("batch outcomes not updated", "error", err)
+		}
+	claiming:
+		for {
+			select {
+			case slots <- struct{}{}:
+			default:
+				break claiming
+			}
+			c, ok, err := r.claim(ctx)
+			if err != nil || !ok {
+				<-slots
+				if err != nil && ctx.Err() == nil {
+					r.log.Warn("batch operations not claimed", "error", err)
+				}
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				r.run(ctx, c)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (r *Runner) claim(ctx context.Context) (claim, bool, error) {
+	var c claim
+	var filter []byte
+	err := r.pool.QueryRow(ctx, claimSQL, r.ID, r.ClaimTimeout).Scan(&c.id, &c.tenantID, &filter, &c.rps, &c.priority,
+		&c.upto, &c.startedAt, &c.last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return claim{}, false, nil
+	}
+	if err != nil {
+		return claim{}, false, fmt.Errorf("claim batch operation: %w", err)
+	}
+	if err := json.Unmarshal(filter, &c.filter); err != nil {
+		r.fail(ctx, c.id, "the batch's filter cannot be read: "+err.Error())
+		return claim{}, false, nil
+	}
+	return c, true, nil
+}
+
+// errLost means the batch was cancelled, or claimed by another process
+// after this one stalled.
+var errLost = errors.New("batch operation cancelled or claimed elsewhere")
+
+// run works on one claimed batch until it has handled every delivery, is
+// cancelled, loses its claim, or ctx ends.
+func (r *Runner) run(ctx context.Context, c claim) {
+	log := r.log.With("batch_operation_id", c.id.String(), "tenant_id", c.tenantID.String())
+	if c.upto == nil {
+		done, err := r.snapshot(ctx, &c)
+		if err != nil {
+			r.stop(ctx, log, err)
+			return
+		}
+		if done {
+			log.Info("batch operation matched no delivery")
+			return
+		}
+	}
+	log.Info("batch operation running", "requests_per_second", c.rps, "resumed_after", c.last)
+	chunk := max(1, c.rps/10)
+	paced := 0
+	start := time.Now()
+	for {
+		n, more, err := r.chunk(ctx, &c, chunk)
+		if err != nil {
+			r.stop(ctx, log, err)
+			return
+		}
+		if !more {
+			log.Info("batch operation enqueued every retry")
+			return
+		}
+		paced += n
+		due := start.Add(time.Duration(paced) * time.Second / time.Duration(c.rps))
+		if !sleepUntil(ctx, due) {
+			return
+		}
+	}
+}
+
+// stop logs why run gave up; the claim goes stale and the batch resumes
+// later, here or elsewhere.
+func (r *Runner) stop(ctx context.Context, log *slog.Logger, err error) {
+	switch {
+	case ctx.Err() != nil:
+		log.Info("batch operation paused by shutdown")
+	case errors.Is(err, errLost):
+		log.Info("batch operation stopped: " + err.Error())
+	default:
+		log.Warn("batch operation interrupted; it resumes once its claim times out", "error", err)
+	}
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// The batch's set: exhausted deliveries matching its filter, exhausted by
+// the time it started and not retried then, no newer than upto. The
+// snapshot fixes upto and the total; the chunks walk the set in id order.
+const setWhere = delivery.DeadLetterWhere + `
+  AND d.completed_at <= @started_at AND ` + delivery.NotRetried
+
+const snapshotSQL = `UPDATE batch_operations b SET upto_delivery_id = s.upto, total = s.n,
+    enqueued_all_at = CASE WHEN s.n = 0 THEN now() END,
+    state = CASE WHEN s.n = 0 THEN 'completed' ELSE b.state END,
+    finished_at = CASE WHEN s.n = 0 THEN now() END
+FROM (SELECT max(d.id::text COLLATE "C")::uuid AS upto, count(*) AS n
+      FROM deliveries d JOIN events e ON e.id = d.event_id
+      WHERE ` + setWhere + `) s
+WHERE b.id = @batch_id AND b.claimed_by = @runner AND b.state = 'running'
+RETURNING s.upto, s.n`
+
+func (r *Runner) snapshot(ctx context.Context, c *claim) (bool, error) {
+	args := c.filter.Args(c.tenantID)
+	args["started_at"], args["batch_id"], args["runner"] = c.startedAt, c.id, r.ID
+	var n int
+	err := r.pool.QueryRow(ctx, snapshotSQL, args).Scan(&c.upto, &n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, errLost
+	}
+	if err != nil {
+		return false, fmt.Errorf("count the batch's deliveries: %w", err)
+	}
+	return n == 0, nil
+}
+
+const heartbeatSQL = `UPDATE batch_operations SET heartbeat_at = now()
+WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
+
+const chunkSQL = `SELECT d.id, d.event_id, d.webhook_id, e.correlation_id,
+    w.active AND w.deleted_at IS NULL AND e.data IS NOT NULL
+FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
+WHERE ` + setWhere + `
+  AND d.id <= @upto AND (@after::uuid IS NULL OR d.id > @after::uuid)
+ORDER BY d.id
+LIMIT @limit`
+
+const insertBatchRetriesSQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, batch_operation_id, created_at)
+SELECT uuidv7(), $1, t.event_id, t.webhook_id, $2, t.retry_of, $3, $4
+FROM unnest($5::uuid[], $6::uuid[], $7::uuid[]) AS t(event_id, webhook_id, retry_of)
+ON CONFLICT DO NOTHING
+RETURNING id, event_id, webhook_id, retry_of`
+
+const checkpointSQL = `UPDATE batch_operations SET last_delivery_id = $3, processed = processed + $4,
+    skipped = skipped + $5, heartbeat_at = now()
+WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
+
+const finishEnqueueSQL = `UPDATE batch_operations SET enqueued_all_at = now(), total = greatest(total, processed + skipped),
+    skipped = greatest(total, processed + skipped) - processed, heartbeat_at = now()
+WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
+
+// chunk gives up to limit deliveries of the batch their retries in one
+// transaction, with the checkpoint, and enqueues them after the commit. It
+// returns how many it handled and whether any were left to handle.
+func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("begin chunk: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	// The heartbeat first: it locks the batch row, so a cancel or a
+	// takeover waits for this chunk or makes it stop.
+	tag, err := tx.Exec(ctx, heartbeatSQL, c.id, r.ID)
+	if err != nil {
+		return 0, false, fmt.Errorf("heartbeat: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, false, errLost
+	}
+	args := c.filter.Args(c.tenantID)
+	args["started_at"], args["upto"], args["after"], args["limit"] = c.startedAt, *c.upto, c.last, limit
+	rows, err := tx.Query(ctx, chunkSQL, args)
+	if err != nil {
+		return 0, false, fmt.Errorf("select chunk: %w", err)
+	}
+	type cand struct {
+		id, event, webhook uuid.UUID
+		corr               string
+		deliverable        bool
+	}
+	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
+		var k cand
+		return k, row.Scan(&k.id, &k.event, &k.webhook, &k.corr, &k.deliverable)
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("select chunk: %w", err)
+	}
+	if len(cands) == 0 {
+		if _, err := tx.Exec(ctx, finishEnqueueSQL, c.id, r.ID); err != nil {
+			return 0, false, fmt.Errorf("finish batch: %w", err)
+		}
+		return 0, false, tx.Commit(ctx)
+	}
+	var events, hooks, origs []uuid.UUID
+	corr := map[uuid.UUID]string{}
+	for _, k := range cands {
+		if k.deliverable {
+			events, hooks, origs = append(events, k.event), append(hooks, k.webhook), append(origs, k.id)
+			corr[k.event] = k.corr
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var tasks []outbox.Task
+	if len(origs) > 0 {
+		rows, err := tx.Query(ctx, insertBatchRetriesSQL, c.tenantID, c.priority, c.id, now, events, hooks, origs)
+		if err != nil {
+			return 0, false, fmt.Errorf("create retries: %w", err)
+		}
+		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Task, error) {
+			t := outbox.Task{TenantID: c.tenantID, Priority: c.priority, Attempt: 1, CreatedAt: now}
+			var orig uuid.UUID
+			err := row.Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &orig)
+			t.CorrelationID = corr[t.EventID]
+			return t, err
+		})
+		if err != nil {
+			return 0, false, fmt.Errorf("create retries: %w", err)
+		}
+	}
+	last := cands[len(cands)-1].id
+	if _, err := tx.Exec(ctx, checkpointSQL, c.id, r.ID, last, len(tasks), len(cands)-len(tasks)); err != nil {
+		return 0, false, fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, false, fmt.Errorf("commit chunk: %w", err)
+	}
+	c.last = &last
+	r.dispatch.Enqueue(tasks...)
+	metrics.BatchReenqueued.Add(float64(len(tasks)))
+	return len(cands), true, nil
+}
+
+const failBatchSQL = `UPDATE batch_operations SET state = 'failed', error = $2, finished_at = now()
+WHERE id = $1 AND state IN ('pending', 'running')`
+
+func (r *Runner) fail(ctx context.Context, id uuid.UUID, reason string) {
+	if _, err := r.pool.Exec(ctx, failBatchSQL, id, reason); err != nil {
+		r.log.Warn("batch operation not marked failed", "batch_operation_id", id.String(), "error", err)
+		return
+	}
+	r.log.Error("batch operation failed", "batch_operation_id", id.String(), "reason", reason)
+}
+
+// trackSQL counts the outcomes of the deliveries each open batch created
+// (and of recently cancelled ones, whose enqueued retries go on), and
+// completes a running batch once every retry it enqueued has an outcome.
+const trackSQL = `WITH open AS (
+    SELECT id FROM batch_operations
+    WHERE state = 'running' OR (state = 'cancelled' AND finished_at > now() - interval '1 day')
+), outcomes AS (
+    SELECT o.id,
+        count(d.id) FILTER (WHERE d.status = 'succeeded') AS succeeded,
+        count(d.id) FILTER (WHERE d.status IN ('exhausted', 'cancelled')) AS failed
+    FROM open o LEFT JOIN deliveries d ON d.batch_operation_id = o.id
+    GROUP BY o.id
+)
+UPDATE batch_operations b SET succeeded = o.succeeded, failed = o.failed,
+    state = CASE WHEN b.state = 'running' AND b.enqueued_all_at IS NOT NULL
+                  AND o.succeeded + o.failed >= b.processed THEN 'completed' ELSE b.state END,
+    finished_at = CASE WHEN b.state = 'running' AND b.enqueued_all_at IS NOT NULL
+                  AND o.succeeded + o.failed >= b.processed THEN now() ELSE b.finished_at END
+FROM outcomes o
+WHERE b.id = o.id AND (b.succeeded <> o.succeeded OR b.failed <> o.failed
+    OR (b.state = 'running' AND b.enqueued_all_at IS NOT NULL AND o.succeeded + o.failed >= b.processed))
+RETURNING b.id, b.state`
+
+const batchStatesSQL = `SELECT state, count(*) FROM batch_operations GROUP BY state`
+
+// TrackOutcomes brings the succeeded and failed counts of open batches up
+// to date, completes those whose retries all have an outcome, and refreshes
+// the batch gauges.
+func (r *Runner) TrackOutcomes(ctx context.Context) error {
+	rows, err := r.pool.Query(ctx, trackSQL)
+	if err != nil {
+		return fmt.Errorf("track batch outcomes: %w", err)
+	}
+	var id uuid.UUID
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		if state == "completed" {
+			r.log.Info("batch operation completed", "batch_operation_id", id.String())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("track batch outcomes: %w", err)
+	}
+	rows, err = r.pool.Query(ctx, batchStatesSQL)
+	if err != nil {
+		return fmt.Errorf("count batch operations: %w", err)
+	}
+	var n int
+	counts := map[string]int{"pending": 0, "running": 0, "completed": 0, "cancelled": 0, "failed": 0}
+	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { counts[state] = n; return nil }); err != nil {
+		return fmt.Errorf("count batch operations: %w", err)
+	}
+	for s, n := range counts {
+		metrics.BatchOperations.WithLabelValues(s).Set(float64(n))
+	}
+	return nil
+}

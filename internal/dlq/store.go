@@ -1,0 +1,260 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/outbox"
+)
+
+// Errors of retries and batch operations. The API turns them into 404 and
+// 409 answers.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrNotExhausted  = errors.New("delivery is not exhausted: only exhausted deliveries can be retried")
+	ErrRetryInFlight = errors.New("a retry of this delivery is already in flight")
+	ErrInactive      = errors.New("the webhook is inactive: activate it before retrying its deliveries")
+	ErrPayloadPruned = errors.New("the event's payload was removed by retention: it cannot be delivered again")
+	ErrFinished      = errors.New("the batch operation has already finished")
+)
+
+// dispatcher takes committed deliveries to the broker (outbox.Dispatcher).
+type dispatcher interface {
+	Enqueue(tasks ...outbox.Task)
+}
+
+// Store is the API side of the DLQ: single retries and batch operations.
+type Store struct {
+	pool     *pgxpool.Pool
+	dispatch dispatcher
+}
+
+// NewStore returns a Store that hands new deliveries to d.
+func NewStore(pool *pgxpool.Pool, d dispatcher) *Store {
+	return &Store{pool: pool, dispatch: d}
+}
+
+// checkPriority validates a retry priority; empty means normal.
+func checkPriority(field string, p *string) error {
+	switch *p {
+	case "":
+		*p = "normal"
+	case "high", "normal", "low":
+	default:
+		return fielderr.New(field, "must be high, normal or low")
+	}
+	return nil
+}
+
+const retryTargetSQL = `SELECT d.status, d.event_id, d.created_at, e.correlation_id, e.data IS NULL,
+    w.active, w.deleted_at IS NOT NULL,
+    EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id AND r.status IN ('pending', 'retrying'))
+FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
+WHERE d.id = $1 AND d.tenant_id = $2 AND d.webhook_id = $3
+FOR UPDATE OF d`
+
+const insertRetrySQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+// Retry gives an exhausted delivery a new delivery of the same event (and
+// so the same idempotency key) to the same webhook, linked to it by
+// retry_of, and enqueues it. The exhausted delivery is left as it was.
+func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.UUID, priority string) (uuid.UUID, error) {
+	if err := checkPriority("priority", &priority); err != nil {
+		return uuid.Nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	var status, correlation string
+	var eventID uuid.UUID
+	var createdAt time.Time
+	var pruned, active, deleted, inFlight bool
+	err = tx.QueryRow(ctx, retryTargetSQL, deliveryID, tenantID, webhookID).Scan(
+		&status, &eventID, &createdAt, &correlation, &pruned, &active, &deleted, &inFlight)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return uuid.Nil, ErrNotFound
+	case err != nil:
+		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
+	case deleted:
+		return uuid.Nil, ErrNotFound
+	case status != "exhausted":
+		return uuid.Nil, ErrNotExhausted
+	case inFlight:
+		return uuid.Nil, ErrRetryInFlight
+	case !active:
+		return uuid.Nil, ErrInactive
+	case pruned:
+		return uuid.Nil, ErrPayloadPruned
+	}
+	id := uuid.Must(uuid.NewV7())
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if _, err := tx.Exec(ctx, insertRetrySQL, id, tenantID, eventID, webhookID, priority, deliveryID, now); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+			return uuid.Nil, ErrRetryInFlight
+		}
+		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
+	}
+	s.dispatch.Enqueue(outbox.Task{DeliveryID: id, EventID: eventID, WebhookID: webhookID, TenantID: tenantID,
+		Priority: priority, Attempt: 1, CreatedAt: now, CorrelationID: correlation})
+	return id, nil
+}
+
+// BatchRequest is the body of POST /v1/dlq/retry-batch.
+type BatchRequest struct {
+	Filter    delivery.DeadLetterFilter `json:"filter"`
+	RateLimit struct {
+		RequestsPerSecond int `json:"requests_per_second"`
+	} `json:"rate_limit"`
+	Priority string `json:"priority"`
+}
+
+// maxBatchRate bounds a batch's requests per second.
+const maxBatchRate = 10_000
+
+// Batch is a batch operation as the API shows it.
+type Batch struct {
+	ID                uuid.UUID                 `json:"id"`
+	State             string                    `json:"state"`
+	Filter            delivery.DeadLetterFilter `json:"filter"`
+	RequestsPerSecond int                       `json:"requests_per_second"`
+	Priority          string                    `json:"priority"`
+	Total             int                       `json:"total"`
+	Processed         int                       `json:"processed"`
+	Skipped           int                       `json:"skipped"`
+	Succeeded         int                       `json:"succeeded"`
+	Failed            int                       `json:"failed"`
+	Error             *string                   `json:"error"`
+	CreatedAt         time.Time                 `json:"created_at"`
+	StartedAt         *time.Time                `json:"started_at"`
+	FinishedAt        *time.Time                `json:"finished_at"`
+}
+
+// Final reports whether b will not change state any more.
+func (b Batch) Final() bool {
+	return b.State == "completed" || b.State == "cancelled" || b.State == "failed"
+}
+
+const batchColumns = `id, state, filter, requests_per_second, priority, total, processed, skipped, succeeded, failed,
+    error, created_at, started_at, finished_at`
+
+func scanBatch(row pgx.Row) (Batch, error) {
+	var b Batch
+	var filter []byte
+	err := row.Scan(&b.ID, &b.State, &filter, &b.RequestsPerSecond, &b.Priority, &b.Total, &b.Processed, &b.Skipped,
+		&b.Succeeded, &b.Failed, &b.Error, &b.CreatedAt, &b.StartedAt, &b.FinishedAt)
+	if err != nil {
+		return Batch{}, err
+	}
+	if err := json.Unmarshal(filter, &b.Filter); err != nil {
+		return Batch{}, fmt.Errorf("decode batch filter: %w", err)
+	}
+	b.CreatedAt = b.CreatedAt.UTC()
+	for _, t := range []*time.Time{b.StartedAt, b.FinishedAt} {
+		if t != nil {
+			*t = t.UTC()
+		}
+	}
+	return b, nil
+}
+
+const insertBatchSQL = `INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority)
+VALUES ($1, $2, $3, $4, $5) RETURNING ` + batchColumns
+
+// CreateBatch records a batch retry for a dlq process to run. The filter
+// must name something: a batch says what it retries.
+func (s *Store) CreateBatch(ctx context.Context, tenantID uuid.UUID, r BatchRequest) (Batch, error) {
+	if r.Filter.Empty() {
+		return Batch{}, fielderr.New("filter", "must name at least one of webhook_ids, event_types, failure_categories, from, to")
+	}
+	if err := r.Filter.Validate("filter."); err != nil {
+		return Batch{}, err
+	}
+	if rps := r.RateLimit.RequestsPerSecond; rps < 1 || rps > maxBatchRate {
+		return Batch{}, fielderr.New("rate_limit.requests_per_second", "must be between 1 and %d", maxBatchRate)
+	}
+	if err := checkPriority("priority", &r.Priority); err != nil {
+		return Batch{}, err
+	}
+	filter, err := json.Marshal(r.Filter)
+	if err != nil {
+		return Batch{}, fmt.Errorf("encode batch filter: %w", err)
+	}
+	b, err := scanBatch(s.pool.QueryRow(ctx, insertBatchSQL, uuid.Must(uuid.NewV7()), tenantID, filter,
+		r.RateLimit.RequestsPerSecond, r.Priority))
+	if err != nil {
+		return Batch{}, fmt.Errorf("create batch operation: %w", err)
+	}
+	return b, nil
+}
+
+const getBatchSQL = `SELECT ` + batchColumns + ` FROM batch_operations WHERE id = $1 AND tenant_id = $2`
+
+// Batch returns one of the tenant's batch operations.
+func (s *Store) Batch(ctx context.Context, tenantID, id uuid.UUID) (Batch, error) {
+	b, err := scanBatch(s.pool.QueryRow(ctx, getBatchSQL, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Batch{}, ErrNotFound
+	}
+	if err != nil {
+		return Batch{}, fmt.Errorf("load batch operation: %w", err)
+	}
+	return b, nil
+}
+
+const listBatchesSQL = `SELECT ` + batchColumns + ` FROM batch_operations
+WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id < $2)
+ORDER BY id DESC LIMIT $3`
+
+// Batches returns a page of the tenant's batch operations, newest first.
+func (s *Store) Batches(ctx context.Context, tenantID uuid.UUID, before *uuid.UUID, limit int) ([]Batch, error) {
+	rows, err := s.pool.Query(ctx, listBatchesSQL, tenantID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list batch operations: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Batch, error) { return scanBatch(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list batch operations: %w", err)
+	}
+	return out, nil
+}
+
+const cancelBatchSQL = `UPDATE batch_operations SET state = 'cancelled', finished_at = now()
+WHERE id = $1 AND tenant_id = $2 AND state IN ('pending', 'running')
+RETURNING ` + batchColumns
+
+// CancelBatch stops a pending or running batch: no further delivery is
+// given a retry. Retries it already enqueued go on, and their outcomes are
+// still counted.
+func (s *Store) CancelBatch(ctx context.Context, tenantID, id uuid.UUID) (Batch, error) {
+	b, err := scanBatch(s.pool.QueryRow(ctx, cancelBatchSQL, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := s.Batch(ctx, tenantID, id); err != nil {
+			return Batch{}, err
+		}
+		return Batch{}, ErrFinished
+	}
+	if err != nil {
+		return Batch{}, fmt.Errorf("cancel batch operation: %w", err)
+	}
+	return b, nil
+}

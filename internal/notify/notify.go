@@ -1,0 +1,131 @@
+// Package notify records owner notifications: events of the tenant's own
+// (webhook.delivery_exhausted, webhook.circuit_opened,
+// webhook.circuit_recovered) about its endpoints, fanned out like any event
+// to the tenant's webhooks subscribed to them.
+//
+// Notifications never loop. A notification is never delivered to the
+// webhook it is about; a delivery of a notification that is exhausted, or
+// whose outcome moves a circuit, generates no further notification (it is
+// logged and counted as suppressed); and tenants cannot publish webhook.*
+// events themselves.
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// The notification event types.
+const (
+	DeliveryExhausted = "webhook.delivery_exhausted"
+	CircuitOpened     = "webhook.circuit_opened"
+	CircuitRecovered  = "webhook.circuit_recovered"
+)
+
+// Types lists every notification event type.
+var Types = []string{DeliveryExhausted, CircuitOpened, CircuitRecovered}
+
+// ReservedPrefix starts every notification type; tenants may not publish
+// event types under it.
+const ReservedPrefix = "webhook."
+
+// Source is the source of every notification event.
+const Source = "hookline"
+
+// IsNotification reports whether eventType is one of the notifications.
+func IsNotification(eventType string) bool {
+	return slices.Contains(Types, eventType)
+}
+
+// Reserved reports whether tenants are refused eventType on publish.
+func Reserved(eventType string) bool {
+	return strings.HasPrefix(eventType, ReservedPrefix)
+}
+
+// Notification is one event to record.
+type Notification struct {
+	TenantID uuid.UUID
+	Type     string
+	// About is the webhook the notification concerns; it never receives it.
+	About uuid.UUID
+	// Key makes the notification idempotent: recording it twice records
+	// it once.
+	Key  string
+	Data any
+	At   time.Time
+}
+
+// Querier is a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// recordSQL inserts the notification event and its deliveries in one
+// statement. The deliveries are not marked enqueued: the caller enqueues
+// the returned tasks, or the outbox relay does a few seconds later.
+var recordSQL = `WITH ev AS (
+    INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data,
+                        correlation_id, created_at)
+    VALUES ($1, $2, $3, '` + Source + `', $4, sha256(convert_to($4, 'UTF8')), 'high', $5, $8, $6)
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING id, tenant_id, event_type, created_at
+), ins AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
+    SELECT uuidv7(), ev.tenant_id, ev.id, w.id, 'high', ev.created_at
+    FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL AND w.id <> $7
+    WHERE ` + webhook.FilterSQL("w.events", "ev.event_type") + `
+    RETURNING id, event_id, webhook_id
+)
+SELECT ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON true`
+
+// Record stores n with one delivery per subscribed webhook (other than the
+// one it is about) and returns their outbox tasks.
+func Record(ctx context.Context, q Querier, n Notification) ([]outbox.Task, error) {
+	data, err := json.Marshal(n.Data)
+	if err != nil {
+		return nil, fmt.Errorf("encode notification: %w", err)
+	}
+	id := uuid.Must(uuid.NewV7())
+	at := n.At.UTC().Truncate(time.Microsecond)
+	rows, err := q.Query(ctx, recordSQL, id, n.TenantID, n.Type, n.Key, data, at, n.About, id.String())
+	if err != nil {
+		return nil, fmt.Errorf("record %s notification: %w", n.Type, err)
+	}
+	var tasks []outbox.Task
+	var created bool
+	var delID, hookID *uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&delID, &hookID}, func() error {
+		created = true
+		if delID != nil {
+			tasks = append(tasks, outbox.Task{DeliveryID: *delID, EventID: id, WebhookID: *hookID, TenantID: n.TenantID,
+				Priority: "high", Attempt: 1, CreatedAt: at, CorrelationID: id.String()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %s notification: %w", n.Type, err)
+	}
+	if created {
+		metrics.OwnerNotifications.WithLabelValues(n.Type, "created").Inc()
+	}
+	return tasks, nil
+}
+
+// Suppressed counts a notification not made because it would have been
+// about a notification.
+func Suppressed(eventType string) {
+	metrics.OwnerNotifications.WithLabelValues(eventType, "suppressed").Inc()
+}
