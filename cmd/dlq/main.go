@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/dlq"
+	"github.com/hookline/hookline/internal/dlqcli"
 	"github.com/hookline/hookline/internal/health"
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
@@ -24,7 +26,18 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := process.RunService(ctx, "dlq", os.Args[1:], build); err != nil {
+	args := os.Args[1:]
+	switch {
+	case len(args) > 0 && args[0] == "serve":
+		args = args[1:]
+	case len(args) > 0 && (dlqcli.IsCommand(args[0]) || !strings.HasPrefix(args[0], "-")):
+		// An operator command; an unknown word is refused there rather
+		// than starting the service.
+		code := dlqcli.Run(ctx, args, os.Stdout, os.Stderr, os.Getenv)
+		stop()
+		os.Exit(code)
+	}
+	if err := process.RunService(ctx, "dlq", args, build); err != nil {
 		fmt.Fprintln(os.Stderr, "dlq:", err)
 		os.Exit(1)
 	}
