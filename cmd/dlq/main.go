@@ -19,6 +19,7 @@ import (
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/dlqcli"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
 )
@@ -47,7 +48,11 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
 	pub := queue.NewPublisher(deps.AMQP, topo, 1)
 	checks["rabbitmq"] = pub.Check
-	recorder := dlq.NewRecorder(deps.PG, log)
+	// Batch retries and owner notifications create deliveries; the
+	// dispatcher enqueues them after their commit (the api's outbox relay
+	// covers a crash in between).
+	dispatcher := outbox.NewDispatcher(deps.PG, pub, log)
+	recorder := dlq.NewRecorder(deps.PG, dispatcher, log)
 	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
 		Queues:      []string{topo.DeadQueue()},
 		Prefetch:    32,
@@ -56,5 +61,7 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	}, recorder.Handle)
 	gauges := dlq.NewGauges(deps.PG, deps.AMQP, topo, log)
 	partitions := func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }
-	return []process.Part{consumer.Run, dlq.NewSweeper(deps.PG, log).Run, gauges.Run, partitions}, nil
+	batches := dlq.NewRunner(deps.PG, dispatcher, log, cfg.DLQ.BatchConcurrency, cfg.DLQ.BatchClaimTimeout.D())
+	return []process.Part{consumer.Run, dlq.NewSweeper(deps.PG, dispatcher, log).Run, gauges.Run, partitions,
+		dispatcher.Run, batches.Run}, nil
 }
