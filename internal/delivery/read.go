@@ -71,9 +71,17 @@ const (
 FROM deliveries d JOIN events e ON e.id = d.event_id
 WHERE d.id = $1 AND d.tenant_id = $2`
 
+	// A delivery's attempts are in the attempt log, or, once retention
+	// dropped their day's partition while the delivery was still needed
+	// (exhausted and not resolved, or in flight), in
+	// delivery_attempts_retained; never in both.
 	attemptsSQL = `SELECT attempt_number, status_code, failure_category, error, duration_ms, response_headers,
     response_body_sample, scheduled_at, executed_at
 FROM delivery_attempts WHERE delivery_id = $1 AND delivery_created_at = $2
+UNION ALL
+SELECT attempt_number, status_code, failure_category, error, duration_ms, response_headers,
+    response_body_sample, scheduled_at, executed_at
+FROM delivery_attempts_retained WHERE delivery_id = $1
 ORDER BY attempt_number`
 
 	listDeliveriesSQL = `SELECT ` + deliveryColumns + `

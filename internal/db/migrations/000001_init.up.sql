@@ -238,3 +238,18 @@ CREATE TABLE batch_operations (
 CREATE INDEX batch_operations_open_idx ON batch_operations (created_at) WHERE state IN ('pending', 'running');
 CREATE INDEX batch_operations_tenant_idx ON batch_operations (tenant_id, id);
 ALTER TABLE deliveries ADD FOREIGN KEY (batch_operation_id) REFERENCES batch_operations (id) ON DELETE SET NULL;
+
+-- Retention (SPEC 14) drops whole daily partitions of the attempt log. The
+-- attempts of deliveries that must outlive their partition (exhausted ones
+-- not yet resolved by a successful retry, and any still in flight) are
+-- copied here first; the delivery reader reads both tables. Rows go with
+-- their delivery.
+CREATE TABLE delivery_attempts_retained (
+    LIKE delivery_attempts INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+    PRIMARY KEY (delivery_id, attempt_number),
+    FOREIGN KEY (delivery_id) REFERENCES deliveries (id) ON DELETE CASCADE
+);
+
+-- Retention looks for old events that still hold a payload; without this
+-- index it would walk every event of the last months on each run.
+CREATE INDEX events_payload_idx ON events (id) WHERE data IS NOT NULL;

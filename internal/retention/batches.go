@@ -1,0 +1,86 @@
+package retention
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// pruneDeliveries deletes the old deliveries that are done with.
+func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error {
+	return j.byPages(ctx, pruneDeliveriesSQL, c.attempts, &rep.Deliveries)
+}
+
+// pruneEvents deletes the old events left without deliveries.
+func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
+	return j.byPages(ctx, pruneEventsSQL, c.attempts, &rep.Events)
+}
+
+// prunePayloads clears the payloads of old, fully delivered events.
+func (j *Job) prunePayloads(ctx context.Context, c cutoffs, rep *Report) error {
+	return j.byPages(ctx, prunePayloadsSQL, c.payloads, &rep.Payloads)
+}
+
+// byPages runs a batch statement (see sql.go) over the rows created before
+// cutoff, a page at a time in id order, adding the rows it changed to n,
+// until a page comes back empty. Each page is its own transaction, so no
+// lock is held longer than one page takes.
+func (j *Job) byPages(ctx context.Context, query string, cutoff time.Time, n *int64) error {
+	bound := idBound(cutoff)
+	after := uuid.Nil
+	for {
+		var last *uuid.UUID
+		var changed int64
+		if err := j.pool.QueryRow(ctx, query, after, bound, j.cfg.BatchSize, cutoff).Scan(&last, &changed); err != nil {
+			return fmt.Errorf("page after %s: %w", after, err)
+		}
+		*n += changed
+		if last == nil {
+			return nil
+		}
+		after = *last
+	}
+}
+
+// pruneDefaultPartition deletes the old rows of the default attempt
+// partition, but those of kept deliveries, a page at a time.
+func (j *Job) pruneDefaultPartition(ctx context.Context, c cutoffs, rep *Report) error {
+	afterID, afterNumber := uuid.Nil, int32(0)
+	for {
+		var lastID *uuid.UUID
+		var lastNumber *int32
+		var deleted int64
+		err := j.pool.QueryRow(ctx, pruneDefaultSQL, afterID, afterNumber, c.attempts, j.cfg.BatchSize).
+			Scan(&lastID, &lastNumber, &deleted)
+		if err != nil {
+			return fmt.Errorf("page after %s/%d: %w", afterID, afterNumber, err)
+		}
+		rep.Attempts += deleted
+		if lastID == nil || lastNumber == nil {
+			return nil
+		}
+		afterID, afterNumber = *lastID, *lastNumber
+	}
+}
+
+// idBound returns the smallest UUIDv7 of the millisecond t falls in: every
+// UUIDv7 made in an earlier millisecond sorts below it, every other one at
+// or above it. Postgres orders uuids byte by byte, so `id < idBound(t)`
+// selects by the primary key the rows whose UUIDv7 id was made before t
+// (to the millisecond). Times before 1970 give the nil UUID, below every
+// UUIDv7.
+func idBound(t time.Time) uuid.UUID {
+	ms := t.UnixMilli()
+	if ms < 0 {
+		return uuid.Nil
+	}
+	var u uuid.UUID
+	var ts [8]byte
+	binary.BigEndian.PutUint64(ts[:], uint64(ms))
+	copy(u[:6], ts[2:]) // 48 bits of unix milliseconds
+	u[6] = 0x70         // version 7, then the lowest random bits
+	return u
+}

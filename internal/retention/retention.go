@@ -1,0 +1,194 @@
+// Package retention removes old data (SPEC 14). On each run it drops the
+// daily partitions of the attempt log that are entirely older than the
+// attempts age, deletes succeeded and cancelled deliveries of that age and
+// exhausted ones a retry has resolved, deletes events left without
+// deliveries, and clears the payload of fully delivered events older than
+// the payload age. Exhausted deliveries that no retry has resolved are kept
+// whatever their age, with their attempts and their event's payload, so
+// that the DLQ can still show and retry them.
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/metrics"
+)
+
+// ErrRunning means another process holds the retention lock and is running
+// the job at this moment; this run did nothing.
+var ErrRunning = errors.New("retention is running in another process")
+
+// Job is the retention job. It is safe to run in several dlq processes: a
+// Postgres advisory lock lets one run at a time.
+type Job struct {
+	pool *pgxpool.Pool
+	cfg  config.Retention
+	log  *slog.Logger
+	// startDelay is the wait before the first run of Run, so that a
+	// starting process gets ready before it prunes.
+	startDelay time.Duration
+	// lockTimeout bounds the wait for the lock that dropping a partition
+	// takes on the attempt log; inserts of attempts queue behind it.
+	lockTimeout time.Duration
+}
+
+// New returns a Job that prunes according to cfg, which must be valid
+// (config.Validate).
+func New(pool *pgxpool.Pool, cfg config.Retention, log *slog.Logger) *Job {
+	return &Job{pool: pool, cfg: cfg, log: log, startDelay: 30 * time.Second, lockTimeout: 2 * time.Second}
+}
+
+// Report counts what one run removed.
+type Report struct {
+	// Attempts is the attempt rows removed: those of dropped partitions,
+	// less the ones kept, and those deleted from the default partition.
+	Attempts int64
+	// AttemptPartitions is the daily partitions dropped.
+	AttemptPartitions int64
+	// Deliveries is the deliveries deleted.
+	Deliveries int64
+	// Payloads is the event payloads cleared.
+	Payloads int64
+	// Events is the events deleted.
+	Events int64
+	// AttemptsRetained is the attempts copied out of dropped partitions
+	// because their delivery is kept.
+	AttemptsRetained int64
+	// PartitionsSkipped is the old partitions left for the next run because
+	// their lock was not obtained in time.
+	PartitionsSkipped int64
+}
+
+// Run runs the job shortly after it starts, then every cfg.Interval, until
+// ctx ends. A failed run is logged and does not stop it.
+func (j *Job) Run(ctx context.Context) error {
+	timer := time.NewTimer(min(j.startDelay, j.cfg.Interval.D()))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		// Once logs its own outcome.
+		_, _ = j.Once(ctx, time.Now())
+		timer.Reset(j.cfg.Interval.D())
+	}
+}
+
+// cutoffs are the times before which data goes.
+type cutoffs struct {
+	// attempts: attempts, deliveries and events created before it.
+	attempts time.Time
+	// payloads: payloads of fully delivered events created before it.
+	payloads time.Time
+}
+
+func cutoffsAt(now time.Time, cfg config.Retention) cutoffs {
+	return cutoffs{attempts: now.Add(-cfg.AttemptsAge.D()), payloads: now.Add(-cfg.PayloadAge.D())}
+}
+
+// step is one kind of removal; it adds what it removed to the report as it
+// goes, so that counts stay right when it fails half-way.
+type step struct {
+	name string
+	run  func(context.Context, cutoffs, *Report) error
+}
+
+// Once runs the job once as if the time were now, and returns what it
+// removed. A step that fails is logged and the next ones still run; the
+// error returned joins the failures. Deliveries go before partitions (fewer
+// attempts to keep) and events after deliveries (their last delivery gone).
+func (j *Job) Once(ctx context.Context, now time.Time) (Report, error) {
+	start := time.Now()
+	var rep Report
+	release, err := j.lock(ctx)
+	if errors.Is(err, ErrRunning) {
+		j.log.Info("retention skipped: running in another process")
+		return rep, err
+	}
+	if err != nil {
+		j.log.Error("retention failed", "error", err)
+		return rep, err
+	}
+	defer release()
+
+	c := cutoffsAt(now, j.cfg)
+	steps := []step{
+		{"deliveries", j.pruneDeliveries},
+		{"attempt_partitions", j.dropPartitions},
+		{"default_partition", j.pruneDefaultPartition},
+		{"events", j.pruneEvents},
+		{"payloads", j.prunePayloads},
+	}
+	var errs []error
+	for _, s := range steps {
+		if err := s.run(ctx, c, &rep); err != nil {
+			j.log.Error("retention step failed", "step", s.name, "error", err)
+			errs = append(errs, fmt.Errorf("retention %s: %w", s.name, err))
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	err = errors.Join(errs...)
+	j.record(rep, now, time.Since(start), err)
+	return rep, err
+}
+
+// record logs the run's one line and updates the metrics.
+func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
+	for kind, n := range map[string]int64{
+		"attempts": rep.Attempts, "attempt_partitions": rep.AttemptPartitions,
+		"deliveries": rep.Deliveries, "payloads": rep.Payloads, "events": rep.Events,
+	} {
+		metrics.RetentionPruned.WithLabelValues(kind).Add(float64(n))
+	}
+	attrs := []any{
+		"attempts", rep.Attempts, "attempt_partitions", rep.AttemptPartitions,
+		"deliveries", rep.Deliveries, "payloads", rep.Payloads, "events", rep.Events,
+		"attempts_retained", rep.AttemptsRetained, "partitions_skipped", rep.PartitionsSkipped,
+		"duration_ms", took.Milliseconds(),
+	}
+	if err != nil {
+		j.log.Error("retention run", append(attrs, "error", err)...)
+		return
+	}
+	metrics.RetentionLastSuccess.Set(float64(now.Unix()))
+	j.log.Info("retention run", attrs...)
+}
+
+// lock takes the session advisory lock that lets one process run the job
+// at a time, on a connection held until release is called.
+func (j *Job) lock(ctx context.Context) (release func(), err error) {
+	conn, err := j.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("retention lock: %w", err)
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, tryLockSQL).Scan(&got); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("retention lock: %w", err)
+	}
+	if !got {
+		conn.Release()
+		return nil, ErrRunning
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, unlockSQL); err != nil {
+			// A session lock lives as long as its connection: close it
+			// rather than hand a locked connection back to the pool.
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, nil
+}

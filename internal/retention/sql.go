@@ -1,0 +1,151 @@
+package retention
+
+// The SQL of the retention job. Batch statements handle one page of at
+// most $3 rows with an id above $1 (the previous page's last) and below $2
+// (the UUIDv7 bound of the cutoff, so that the primary key finds them), and
+// return the page's last id (NULL once there is none) and the rows they
+// changed. Every candidate is checked again against its creation time ($4),
+// which the id only approximates.
+
+const (
+	tryLockSQL = `SELECT pg_try_advisory_lock(hashtext('hookline.retention'))`
+	unlockSQL  = `SELECT pg_advisory_unlock(hashtext('hookline.retention'))`
+)
+
+// resolvedSQL is true for an exhausted delivery d once a retry of it
+// succeeded, or a retry of that retry, and so on: a chain of retries that
+// ends in a success resolves every delivery in it.
+const resolvedSQL = `EXISTS (
+    WITH RECURSIVE chain AS (
+        SELECT r.id, r.status FROM deliveries r WHERE r.retry_of = d.id
+        UNION ALL
+        SELECT r.id, r.status FROM deliveries r JOIN chain c ON r.retry_of = c.id
+    )
+    SELECT 1 FROM chain WHERE chain.status = 'succeeded')`
+
+// keptSQL is true for a delivery d that outlives the retention age, with
+// its attempts and its event's payload: one still in flight, or exhausted
+// and not resolved (it stays in the DLQ).
+const keptSQL = `(d.status IN ('pending', 'retrying') OR (d.status = 'exhausted' AND NOT ` + resolvedSQL + `))`
+
+// pruneDeliveriesSQL deletes old deliveries that are done with: succeeded,
+// cancelled, or exhausted and resolved. Pages go in id order, so that an
+// exhausted delivery goes before (or with) the newer retry that resolved
+// it; the retry's retry_of becomes NULL (ON DELETE SET NULL). Their
+// retained attempts go with them (ON DELETE CASCADE); those still in the
+// attempt log go with their partition.
+const pruneDeliveriesSQL = `WITH page AS MATERIALIZED (
+    SELECT id FROM deliveries WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+), gone AS (
+    DELETE FROM deliveries d USING page
+    WHERE d.id = page.id AND d.created_at < $4
+      AND (d.status IN ('succeeded', 'cancelled') OR (d.status = 'exhausted' AND ` + resolvedSQL + `))
+    RETURNING 1
+)
+SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
+
+// pruneEventsSQL deletes old events that have no delivery left. Events
+// replaying one of them lose their link (replay_of is ON DELETE SET NULL).
+const pruneEventsSQL = `WITH page AS MATERIALIZED (
+    SELECT id FROM events WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+), gone AS (
+    DELETE FROM events e USING page
+    WHERE e.id = page.id AND e.created_at < $4
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
+    RETURNING 1
+)
+SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
+
+// prunePayloadsSQL clears the payload of old events that are fully
+// delivered: no delivery is kept (every one succeeded, was cancelled, or
+// was exhausted and resolved). An event with no delivery at all has nothing
+// left to deliver either. events_payload_idx holds only events that still
+// have a payload, so pages skip the ones already cleared.
+const prunePayloadsSQL = `WITH page AS MATERIALIZED (
+    SELECT id FROM events WHERE id > $1 AND id < $2 AND data IS NOT NULL ORDER BY id LIMIT $3
+), pruned AS (
+    UPDATE events e SET data = NULL FROM page
+    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND ` + keptSQL + `)
+    RETURNING 1
+)
+SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM pruned)`
+
+// pruneDefaultSQL deletes one page of old rows of the default attempt
+// partition, which has no day to drop; the rows of kept deliveries stay
+// (the delivery reader reads them there). The page is keyed by
+// (delivery_id, attempt_number) after ($1, $2), before $3, at most $4 rows.
+const pruneDefaultSQL = `WITH page AS MATERIALIZED (
+    SELECT delivery_id, attempt_number, delivery_created_at FROM delivery_attempts_default
+    WHERE (delivery_id, attempt_number) > ($1, $2) AND delivery_created_at < $3
+    ORDER BY delivery_id, attempt_number LIMIT $4
+), gone AS (
+    DELETE FROM delivery_attempts_default a USING page
+    WHERE a.delivery_id = page.delivery_id AND a.attempt_number = page.attempt_number
+      AND a.delivery_created_at = page.delivery_created_at
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id AND ` + keptSQL + `)
+    RETURNING 1
+), last AS (
+    SELECT delivery_id, attempt_number FROM page ORDER BY delivery_id DESC, attempt_number DESC LIMIT 1
+)
+SELECT (SELECT delivery_id FROM last), (SELECT attempt_number FROM last), (SELECT count(*) FROM gone)`
+
+// oldPartitionsSQL lists the range partitions of the attempt log whose
+// upper bound is at or before $1, oldest first, with their bounds read
+// back from the catalog ($2 and $3 extract them from the bound expression)
+// in this session's time zone, whatever the one that created them. The
+// default partition has no bounds and never matches.
+const oldPartitionsSQL = `SELECT name, lo, hi FROM (
+    SELECT c.oid::regclass::text AS name,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM $2)::timestamptz AS lo,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM $3)::timestamptz AS hi
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'delivery_attempts'::regclass
+) p
+WHERE hi <= $1
+ORDER BY hi`
+
+const (
+	lowerBoundPattern = `FROM \('([^']+)'\)`
+	upperBoundPattern = `TO \('([^']+)'\)`
+)
+
+// attemptColumns are the columns copied into delivery_attempts_retained.
+const attemptColumns = `delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, status_code,
+    failure_category, error, duration_ms, response_headers, response_body_sample, scheduled_at, executed_at`
+
+// inFlightSQL lists the deliveries created in [$3, $4) that are still in
+// flight: the only ones that can add attempts to that day's partition. The
+// ids $1 and $2 bound them loosely, for the primary key.
+const inFlightSQL = `SELECT id FROM deliveries
+WHERE id >= $1 AND id < $2 AND ($3::timestamptz IS NULL OR created_at >= $3) AND created_at < $4
+  AND status IN ('pending', 'retrying')`
+
+// The statements below take the partition's name (%s), as the catalog
+// quotes it.
+const (
+	countPartitionSQL = `SELECT count(*) FROM %s`
+
+	// copyKeptSQL copies the attempts of the partition's kept deliveries.
+	copyKeptSQL = `INSERT INTO delivery_attempts_retained (` + attemptColumns + `)
+SELECT ` + prefixedAttemptColumns + ` FROM %s a JOIN deliveries d ON d.id = a.delivery_id
+WHERE ` + keptSQL + `
+ON CONFLICT (delivery_id, attempt_number) DO NOTHING`
+
+	// copyDeliveriesSQL copies the attempts of the deliveries $1, by the
+	// partition's primary key.
+	copyDeliveriesSQL = `INSERT INTO delivery_attempts_retained (` + attemptColumns + `)
+SELECT ` + prefixedAttemptColumns + ` FROM %s a WHERE a.delivery_id = ANY($1)
+ON CONFLICT (delivery_id, attempt_number) DO NOTHING`
+
+	// lockAttemptsSQL stops every reader and writer of the attempt log
+	// (they all go through the parent), in the order that DROP takes its
+	// locks (parent, then partition), so that nothing deadlocks with it.
+	lockAttemptsSQL = `LOCK TABLE ONLY delivery_attempts IN ACCESS EXCLUSIVE MODE`
+
+	dropPartitionSQL = `DROP TABLE %s`
+)
+
+const prefixedAttemptColumns = `a.delivery_id, a.delivery_created_at, a.attempt_number, a.tenant_id, a.webhook_id,
+    a.status_code, a.failure_category, a.error, a.duration_ms, a.response_headers, a.response_body_sample,
+    a.scheduled_at, a.executed_at`
