@@ -132,7 +132,7 @@ func TestRetryOneExhaustedDelivery(t *testing.T) {
 
 	reqs := rc.requests()
 	require.Len(t, reqs, 2)
-	require.Equal(t, reqs[0].Header.Get("X-Webhook-Idempotency-Key"), reqs[1].Header.Get("X-Webhook-Idempotency-Key"),
+	require.Equal(t, reqs[0].Header.Get("X-Idempotency-Key"), reqs[1].Header.Get("X-Idempotency-Key"),
 		"a retry carries the event's idempotency key")
 	require.JSONEq(t, string(reqs[0].Body), string(reqs[1].Body))
 
@@ -234,7 +234,7 @@ func TestReplayEvent(t *testing.T) {
 	require.NoError(t, json.Unmarshal(a.requests()[0].Body, &first))
 	require.NoError(t, json.Unmarshal(a.requests()[1].Body, &again))
 	require.Equal(t, first["data"], again["data"])
-	require.NotEqual(t, a.requests()[0].Header.Get("X-Webhook-Idempotency-Key"), a.requests()[1].Header.Get("X-Webhook-Idempotency-Key"),
+	require.NotEqual(t, a.requests()[0].Header.Get("X-Idempotency-Key"), a.requests()[1].Header.Get("X-Idempotency-Key"),
 		"a replay is a new event with a fresh idempotency key")
 
 	var ev map[string]any
