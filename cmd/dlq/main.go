@@ -1,8 +1,10 @@
 // Command dlq owns hookline's dead-letter side: it consumes the dead-letter
-// queue and records exhausted deliveries and poison messages, and sweeps up
-// exhausted deliveries whose dead letter was lost, and exports the queue
-// depth and DLQ size gauges. It serves /metrics,
-// /healthz and /readyz on METRICS_ADDR and stops gracefully on SIGTERM.
+// queue and records exhausted deliveries and poison messages (announcing
+// them to their owners), sweeps up exhausted deliveries whose dead letter
+// was lost, runs batch retries and data retention, and exports the queue
+// depth, DLQ size and batch gauges. It serves /metrics, /healthz and
+// /readyz on METRICS_ADDR and stops gracefully on SIGTERM. With a command
+// (dlq help) it is instead the operator's client for the DLQ routes.
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/retention"
 )
 
 func main() {
@@ -63,5 +66,5 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	partitions := func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }
 	batches := dlq.NewRunner(deps.PG, dispatcher, log, cfg.DLQ.BatchConcurrency, cfg.DLQ.BatchClaimTimeout.D())
 	return []process.Part{consumer.Run, dlq.NewSweeper(deps.PG, dispatcher, log).Run, gauges.Run, partitions,
-		dispatcher.Run, batches.Run}, nil
+		dispatcher.Run, batches.Run, retention.New(deps.PG, cfg.Retention, log).Run}, nil
 }

@@ -197,7 +197,7 @@ func (g *Guard) recordOwnerEvent(ctx context.Context, t outbox.Task, j job, tr b
 		return
 	}
 	n := notify.Notification{TenantID: t.TenantID, Type: eventType, About: t.WebhookID, At: now,
-		Key:  fmt.Sprintf("circuit:%s:%s:%d", t.WebhookID, tr, now.UnixMilli()),
+		Key: fmt.Sprintf("circuit:%s:%s:%d", t.WebhookID, tr, now.UnixMilli()),
 		Data: map[string]any{"webhook_id": t.WebhookID, "url": j.URL, "transition": string(tr),
 			"at": now.UTC().Format(time.RFC3339Nano), "sleep_window_ms": sleepMS}}
 	if _, err := notify.Record(context.WithoutCancel(ctx), g.pool, n); err != nil {
