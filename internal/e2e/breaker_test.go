@@ -724,7 +724,7 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 			s.publishAs(key, "order.created", map[string]any{"cycle": cycle, "failing": i})
 		}
 		total += 3 * len(hooks)
-		eventually(t, 5*time.Second, func() bool { return all(states(), "open") }, "cycle %d: circuits to open", cycle)
+		eventually(t, 15*time.Second, func() bool { return all(states(), "open") }, "cycle %d: circuits to open", cycle)
 		healthy.Store(true)
 		// First tried while open: postponed to the end of the sleep window,
 		// they come back together and race for the probes.
@@ -732,14 +732,14 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 			s.publishAs(key, "order.created", map[string]any{"cycle": cycle, "while_open": i})
 		}
 		total += 8 * len(hooks)
-		eventually(t, 10*time.Second, func() bool {
+		eventually(t, 30*time.Second, func() bool {
 			return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == total
 		}, "cycle %d: every delivery to succeed", cycle)
 		for _, h := range hooks {
 			require.Equal(t, "closed", s.circuitOf(h, key)["state"], "cycle %d: the live circuit is closed", cycle)
 		}
 		var last struct{ Persisted map[string]string }
-		eventually(t, time.Second, func() bool { last.Persisted = states(); return all(last.Persisted, "closed") },
+		eventually(t, 5*time.Second, func() bool { last.Persisted = states(); return all(last.Persisted, "closed") },
 			"cycle %d: a state persisted for the Redis fallback disagrees with its live (closed) circuit: %+v", cycle, &last)
 	}
 }
