@@ -120,11 +120,21 @@ func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) 
 		return queue.Ack // finished, or this attempt is recorded already: a duplicate message
 	}
 	t.Attempt = j.AttemptCount + 1
+	if j.OrderKey != "" {
+		parked, err := waitYourTurn(ctx, w.store.pool, j.OrderKey, j.EventID, t.DeliveryID)
+		if err != nil {
+			return w.putBack(ctx, log, t, headers, "order", err)
+		}
+		if parked {
+			metrics.OrderedParked.Inc()
+			return queue.Ack // released by the worker that finishes the one before
+		}
+	}
 	switch {
 	case j.Deleted:
-		return w.settle(ctx, log, t, headers, "cancel", w.store.cancel(ctx, t.DeliveryID, "webhook deleted"))
+		return w.cancel(ctx, log, t, j, headers, "webhook deleted")
 	case j.Data == nil:
-		return w.settle(ctx, log, t, headers, "cancel", w.store.cancel(ctx, t.DeliveryID, "event payload removed by retention"))
+		return w.cancel(ctx, log, t, j, headers, "event payload removed by retention")
 	case !j.Active:
 		return w.postpone(ctx, log, t, headers, "inactive", inactiveDelay)
 	}
@@ -200,6 +210,21 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j
 		w.scheduleRetry(ctx, log, t, next)
 	case "exhausted":
 		w.deadLetter(ctx, log, t, decision.Reason)
+	}
+	if rec.Status != "retrying" && j.OrderKey != "" {
+		w.release(ctx, log, j.OrderKey)
+	}
+	return queue.Ack
+}
+
+// cancel ends a delivery that can no longer be made, and lets the next
+// one of its order key go.
+func (w *Worker) cancel(ctx context.Context, log *slog.Logger, t outbox.Task, j job, headers amqp.Table, reason string) queue.Disposition {
+	if err := w.store.cancel(ctx, t.DeliveryID, reason); err != nil {
+		return w.putBack(ctx, log, t, headers, "cancel", err)
+	}
+	if j.OrderKey != "" {
+		w.release(ctx, log, j.OrderKey)
 	}
 	return queue.Ack
 }

@@ -38,16 +38,16 @@ const (
     FROM events WHERE id = $1 AND tenant_id = $2
     RETURNING id, tenant_id, event_type, priority, created_at
 ), ins AS (
-    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
-    SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
+    SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + "%[2]s" + `
     FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL
-    WHERE CASE WHEN $6::uuid IS NULL THEN ` + "(" + `%s` + ")" + ` ELSE w.id = $6::uuid END
+    WHERE CASE WHEN $6::uuid IS NULL THEN (%[1]s) ELSE w.id = $6::uuid END
     RETURNING id, webhook_id
 )
 SELECT ev.event_type, ev.priority, ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON true`
 )
 
-var replayFanOutSQL = fmt.Sprintf(replaySQL, webhook.FilterSQL("w.events", "ev.event_type"))
+var replayFanOutSQL = fmt.Sprintf(replaySQL, webhook.FilterSQL("w.events", "ev.event_type"), webhook.OrderKeySQL("w", "ev.event_type"))
 
 // Replay publishes the tenant's event id again as a new event: same type,
 // source, priority and payload, a fresh idempotency key and correlation id,

@@ -58,8 +58,8 @@ var publishSQL = `WITH input AS (
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, tenant_id, event_type, priority, created_at
 ), ins AS (
-    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
-    SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
+    SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + webhook.OrderKeySQL("w", "ev.event_type") + `
     FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL
     WHERE ` + webhook.FilterSQL("w.events", "ev.event_type") + `
     RETURNING id, event_id, webhook_id

@@ -104,6 +104,14 @@ var (
 		Namespace: Namespace, Name: "worker_capacity",
 		Help: "Deliveries this worker process handles at once at most (worker.concurrency).",
 	})
+	OrderedParked = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "ordered_parked_total",
+		Help: "Ordered deliveries parked by this worker because an earlier one of their order key was unfinished.",
+	})
+	OrderedReleased = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "ordered_released_total",
+		Help: "Parked ordered deliveries released by this worker when the one before them finished.",
+	})
 	DeadLettered = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "dead_lettered_total",
 		Help: "Messages recorded from the dead-letter queue by the dlq process, by reason (exhausted, poison, gone).",

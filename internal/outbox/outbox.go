@@ -166,14 +166,14 @@ func NewRelay(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Relay {
 const (
 	staleSQL = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id
 FROM deliveries d JOIN events e ON e.id = d.event_id
-WHERE d.enqueued_at IS NULL AND d.status IN ('pending', 'retrying')
+WHERE d.enqueued_at IS NULL AND d.parked_at IS NULL AND d.status IN ('pending', 'retrying')
   AND coalesce(d.next_attempt_at, d.created_at) < now() - $1::interval
 ORDER BY coalesce(d.next_attempt_at, d.created_at)
 LIMIT $2
 FOR UPDATE OF d SKIP LOCKED`
 
 	backlogSQL = `SELECT count(*), coalesce(extract(epoch FROM now() - min(coalesce(next_attempt_at, created_at))), 0)
-FROM deliveries WHERE enqueued_at IS NULL AND status IN ('pending', 'retrying')
+FROM deliveries WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('pending', 'retrying')
   AND coalesce(next_attempt_at, created_at) < now()`
 )
 

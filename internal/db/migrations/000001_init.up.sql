@@ -104,6 +104,12 @@ CREATE TABLE deliveries (
     -- same webhook, linked to the exhausted one it retries.
     retry_of          uuid REFERENCES deliveries (id) ON DELETE SET NULL,
     batch_operation_id uuid,
+    -- Ordered delivery: deliveries with the same order_key (the webhook, or
+    -- the webhook and event type) are attempted one at a time in event
+    -- order. parked_at is set while one waits for those before it; the
+    -- worker that finishes the one before releases it.
+    order_key         text,
+    parked_at         timestamptz,
     -- Outbox: set when the broker confirmed the message for the next
     -- attempt (the first, or a scheduled retry); cleared when an attempt is
     -- recorded. The relay republishes deliveries still NULL a few seconds
@@ -119,7 +125,9 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_webhook_idx ON deliveries (webhook_id, id);
 CREATE INDEX deliveries_event_idx ON deliveries (event_id);
 CREATE INDEX deliveries_outbox_idx ON deliveries ((coalesce(next_attempt_at, created_at)))
-    WHERE enqueued_at IS NULL AND status IN ('pending', 'retrying');
+    WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('pending', 'retrying');
+CREATE INDEX deliveries_order_idx ON deliveries (order_key, event_id, id)
+    WHERE order_key IS NOT NULL AND status IN ('pending', 'retrying');
 CREATE INDEX deliveries_exhausted_idx ON deliveries (tenant_id, id) WHERE status = 'exhausted';
 CREATE UNIQUE INDEX deliveries_one_retry_idx ON deliveries (retry_of)
     WHERE retry_of IS NOT NULL AND status IN ('pending', 'retrying');

@@ -1,0 +1,130 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+)
+
+// Ordered delivery (SPEC 9). The deliveries of an ordered webhook carry an
+// order key: the webhook (strict) or the webhook and event type
+// (per_event_type). Only the first unfinished delivery of a key, in event
+// order, is ever attempted:
+//
+//   - before attempting an ordered delivery, the worker checks, under an
+//     advisory lock on the key, that no earlier delivery of the key is
+//     unfinished; if one is, the delivery is parked (parked_at) and its
+//     message acknowledged: it waits in Postgres, not in a queue, so it
+//     holds no worker and no queue slot, and the relay leaves it alone;
+//   - when the head of a key finishes (succeeded, exhausted or cancelled),
+//     whoever finished it releases the next one under the same lock: it is
+//     unparked, marked not enqueued and published (the outbox relay
+//     publishes it if that fails or the process dies first).
+//
+// The lock makes the check and the release exclusive, so a delivery is
+// either seen as unfinished by its successor's check, or finished before
+// it and then the successor goes ahead. Retries of the head go through the
+// delay queues as usual: nothing behind it can move meanwhile, and a
+// circuit breaker or rate limit that postpones the head postpones the
+// whole key. Other keys and unordered webhooks never wait.
+
+const (
+	orderLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 9))`
+	// earlierSQL: is an earlier delivery of the key unfinished?
+	earlierSQL = `SELECT EXISTS (SELECT 1 FROM deliveries
+    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3))`
+	parkSQL = `UPDATE deliveries SET parked_at = now(), updated_at = now()
+WHERE id = $1 AND status IN ('pending', 'retrying')`
+	// releaseSQL unparks the first unfinished delivery of the key if it is
+	// parked, and clears its outbox mark so that the relay covers it (once
+	// it is due for the relay: next_attempt_at is now).
+	releaseSQL = `UPDATE deliveries d SET parked_at = NULL, enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
+FROM events e
+WHERE d.id = (SELECT id FROM deliveries WHERE order_key = $1 AND status IN ('pending', 'retrying')
+              ORDER BY event_id, id LIMIT 1)
+  AND d.parked_at IS NOT NULL AND e.id = d.event_id
+RETURNING d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id`
+)
+
+// waitYourTurn parks the delivery if an earlier one of its key is
+// unfinished, and reports whether it did.
+func waitYourTurn(ctx context.Context, pool *pgxpool.Pool, key string, eventID, id uuid.UUID) (bool, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("order check: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
+		return false, fmt.Errorf("order lock: %w", err)
+	}
+	var earlier bool
+	if err := tx.QueryRow(ctx, earlierSQL, key, eventID, id).Scan(&earlier); err != nil {
+		return false, fmt.Errorf("order check: %w", err)
+	}
+	if !earlier {
+		return false, nil // nothing written: the rollback releases the lock
+	}
+	if _, err := tx.Exec(ctx, parkSQL, id); err != nil {
+		return false, fmt.Errorf("park: %w", err)
+	}
+	return true, tx.Commit(ctx)
+}
+
+// ReleaseNext unparks the next delivery of an order key whose head has just
+// finished, and returns its task for the caller to publish (nil when there
+// is none, or it is not parked: then its message is already on its way).
+func ReleaseNext(ctx context.Context, pool *pgxpool.Pool, key string) (*outbox.Task, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
+		return nil, fmt.Errorf("order lock: %w", err)
+	}
+	var t outbox.Task
+	var attempts int
+	err = tx.QueryRow(ctx, releaseSQL, key).Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority,
+		&attempts, &t.CreatedAt, &t.CorrelationID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	t.Attempt = attempts + 1
+	return &t, nil
+}
+
+// release publishes the next delivery of the finished delivery's key.
+func (w *Worker) release(ctx context.Context, log *slog.Logger, key string) {
+	ctx = context.WithoutCancel(ctx)
+	next, err := ReleaseNext(ctx, w.store.pool, key)
+	if err != nil {
+		log.Warn("next ordered delivery not released; it waits until the next finish of its key", "order_key", key, "error", err)
+		return
+	}
+	if next == nil {
+		return
+	}
+	metrics.OrderedReleased.Inc()
+	if err := w.pub.Publish(ctx, next.Message(time.Time{})); err != nil {
+		log.Warn("released ordered delivery not published; the outbox relay will", "next_delivery_id", next.DeliveryID.String(), "error", err)
+		return
+	}
+	if err := w.store.markScheduled(ctx, next.DeliveryID, next.Attempt-1); err != nil {
+		log.Warn("released ordered delivery published but not marked; the relay may send it twice", "error", err)
+	}
+}
