@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/fielderr"
@@ -148,6 +149,7 @@ func (s *Server) overrideCircuit(c *gin.Context) {
 		abort(c, err)
 		return
 	}
+	s.recordAudit(c, audit.CircuitOverridden, "webhook", w.ID, map[string]any{"action": *in.Action, "until": until})
 	logger(c).Info("circuit breaker override", "webhook_id", w.ID.String(), "action", *in.Action, "until", until)
 	cv, err := s.circuit(c, w)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
@@ -131,6 +132,7 @@ func (s *Server) retryDelivery(c *gin.Context) {
 		abort(c, mapDLQErr(err))
 		return
 	}
+	s.recordAudit(c, audit.DeliveryRetried, "delivery", deliveryID, map[string]any{"retry_delivery_id": id})
 	logger(c).Info("delivery retried", "delivery_id", deliveryID.String(), "retry_delivery_id", id.String(),
 		"tenant_id", principal(c).TenantID.String())
 	c.JSON(http.StatusAccepted, gin.H{"delivery_id": id, "retry_of": deliveryID})
@@ -148,6 +150,7 @@ func (s *Server) createBatch(c *gin.Context) {
 		abort(c, mapDLQErr(err))
 		return
 	}
+	s.recordAudit(c, audit.BatchRetryCreated, "batch_operation", b.ID, map[string]any{"filter": in.Filter, "requests_per_second": b.RequestsPerSecond})
 	logger(c).Info("batch retry created", "batch_operation_id", b.ID.String(), "tenant_id", principal(c).TenantID.String(),
 		"requests_per_second", b.RequestsPerSecond)
 	c.JSON(http.StatusAccepted, gin.H{"batch_operation_id": b.ID, "batch_operation": b})
@@ -193,6 +196,7 @@ func (s *Server) cancelBatch(c *gin.Context) {
 		abort(c, mapDLQErr(err))
 		return
 	}
+	s.recordAudit(c, audit.BatchRetryCanceled, "batch_operation", id, nil)
 	logger(c).Info("batch retry cancelled", "batch_operation_id", id.String(), "tenant_id", principal(c).TenantID.String())
 	c.JSON(http.StatusOK, b)
 }
@@ -235,6 +239,7 @@ func (s *Server) replayEvent(c *gin.Context) {
 		abort(c, mapEventErr(err))
 		return
 	}
+	s.recordAudit(c, audit.EventReplayed, "event", id, map[string]any{"replay_event_id": res.ID, "webhook_id": hook})
 	logger(c).Info("event replayed", "event_id", id.String(), "replay_event_id", res.ID.String(),
 		"tenant_id", principal(c).TenantID.String(), "deliveries", res.Deliveries)
 	c.JSON(http.StatusAccepted, res)

@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/delivery"
@@ -32,6 +33,7 @@ type Server struct {
 	log        *slog.Logger
 	tenants    *tenant.Store
 	auth       authenticator
+	auditLog   *audit.Store
 	webhooks   *webhook.Store
 	events     *event.Service
 	deliveries *delivery.Reader
@@ -76,6 +78,7 @@ func New(d Deps) (*Server, error) {
 		log:        d.Log,
 		tenants:    d.Tenants,
 		auth:       d.Tenants,
+		auditLog:   d.Tenants.AuditLog(),
 		webhooks:   d.Webhooks,
 		events:     d.Events,
 		deliveries: d.Deliveries,
@@ -120,12 +123,16 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/metrics", gin.WrapH(promhttp.Handler()))
 	r.GET("/openapi.json", serveOpenAPI)
 
-	admin := r.Group("/v1/tenants", s.requireAdmin)
+	admin := r.Group("/v1/tenants", s.requireAdmin, s.auditActor)
 	admin.POST("", s.createTenant)
 	admin.GET("/:id", s.getTenant)
 	admin.PATCH("/:id", s.updateTenant)
 
-	v1 := r.Group("/v1", s.requireTenant)
+	v1 := r.Group("/v1", s.requireTenant, s.auditActor)
+	v1.POST("/api-keys", s.createAPIKey)
+	v1.GET("/api-keys", s.listAPIKeys)
+	v1.DELETE("/api-keys/:id", s.revokeAPIKey)
+	v1.GET("/audit", s.listAudit)
 	v1.POST("/webhooks", s.createWebhook)
 	v1.GET("/webhooks", s.listWebhooks)
 	v1.GET("/webhooks/:id", s.getWebhook)

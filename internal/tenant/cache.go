@@ -5,12 +5,17 @@ import (
 	"crypto/sha256"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // CachedAuth answers Authenticate from memory for keys seen within ttl, so
-// that the publish path does not pay a database round trip per request. A
-// key that stops being valid in the database (revoked, expired) keeps
-// working here for at most ttl.
+// that the publish path does not pay a database round trip per request.
+//
+// A key's expiry is honoured exactly: an entry never outlives the key's
+// expires_at. A revocation is seen at once by the process that revoked the
+// key (RevokeKey, then Forget); another api process keeps trusting the key
+// for at most ttl after the revocation committed.
 type CachedAuth struct {
 	store *Store
 	ttl   time.Duration
@@ -18,6 +23,10 @@ type CachedAuth struct {
 
 	mu      sync.RWMutex
 	entries map[[sha256.Size]byte]cachedPrincipal
+	// gen counts Forget calls: an answer from the database obtained before
+	// a Forget is not cached after it, so a request racing a revocation
+	// cannot put the revoked key back.
+	gen uint64
 }
 
 type cachedPrincipal struct {
@@ -41,6 +50,7 @@ func (a *CachedAuth) Authenticate(ctx context.Context, key string) (Principal, e
 	now := a.now()
 	a.mu.RLock()
 	e, ok := a.entries[h]
+	gen := a.gen
 	a.mu.RUnlock()
 	if ok && now.Before(e.expires) {
 		return e.p, nil
@@ -50,6 +60,10 @@ func (a *CachedAuth) Authenticate(ctx context.Context, key string) (Principal, e
 		return Principal{}, err
 	}
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gen != gen {
+		return p, nil
+	}
 	if len(a.entries) >= maxCachedKeys {
 		a.entries = map[[sha256.Size]byte]cachedPrincipal{}
 	}
@@ -58,6 +72,18 @@ func (a *CachedAuth) Authenticate(ctx context.Context, key string) (Principal, e
 		expires = *p.ExpiresAt
 	}
 	a.entries[h] = cachedPrincipal{p: p, expires: expires}
-	a.mu.Unlock()
 	return p, nil
+}
+
+// Forget drops every cached answer for the key keyID, so that its next use
+// asks the database. Call it after a revocation commits.
+func (a *CachedAuth) Forget(keyID uuid.UUID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.gen++
+	for h, e := range a.entries {
+		if e.p.KeyID == keyID {
+			delete(a.entries, h)
+		}
+	}
 }

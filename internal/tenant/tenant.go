@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/config"
 )
 
@@ -60,15 +61,22 @@ const (
 	tenantColumns   = `id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at`
 	insertTenantSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`
-	insertKeySQL = `INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, created_at)
-VALUES ($1, $2, 'default', $3, $4, $5)`
 	getTenantSQL    = `SELECT ` + tenantColumns + ` FROM tenants WHERE id = $1`
 	updateTenantSQL = `UPDATE tenants SET name = $2, rate_limit_rpm = $3, rate_limit_burst = $4,
 	publish_rps = $5, publish_burst = $6, updated_at = now()
 WHERE id = $1 RETURNING ` + tenantColumns
-	authenticateSQL = `SELECT k.id, k.tenant_id, k.expires_at, t.publish_rps, t.publish_burst
-FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`
+	// authenticateSQL finds a valid key by its hash and, in the same round
+	// trip, records its use: at most once a minute per key, so that a busy
+	// key does not write a row version per request.
+	authenticateSQL = `WITH k AS (
+    SELECT k.id, k.tenant_id, k.key_hash, k.expires_at, k.last_used_at, t.publish_rps, t.publish_burst
+    FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+    WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
+), touched AS (
+    UPDATE api_keys a SET last_used_at = now() FROM k
+    WHERE a.id = k.id AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '1 minute')
+)
+SELECT id, tenant_id, key_hash, expires_at, publish_rps, publish_burst FROM k`
 )
 
 // Create stores a tenant with a fresh API key and returns both; the key is
@@ -84,16 +92,22 @@ func (s *Store) Create(ctx context.Context, t Tenant) (Tenant, string, error) {
 			t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.CreatedAt); err != nil {
 			return fmt.Errorf("insert tenant: %w", err)
 		}
-		if _, err := tx.Exec(ctx, insertKeySQL, uuid.Must(uuid.NewV7()), t.ID, key[:len(KeyPrefix)+8], hash[:], t.CreatedAt); err != nil {
+		keyID := uuid.Must(uuid.NewV7())
+		if _, err := tx.Exec(ctx, insertKeySQL, keyID, t.ID, "default", key[:prefixLen], hash[:], t.CreatedAt, nil); err != nil {
 			return fmt.Errorf("insert api key: %w", err)
 		}
-		return nil
+		return audit.Record(ctx, tx, t.ID, audit.TenantCreated, "tenant", t.ID.String(),
+			map[string]any{"name": t.Name, "api_key_id": keyID, "api_key_prefix": key[:prefixLen]})
 	})
 	if err != nil {
 		return Tenant{}, "", err
 	}
 	return t, key, nil
 }
+
+// AuditLog returns the reader of the audit log, which lives beside the
+// tenants it belongs to.
+func (s *Store) AuditLog() *audit.Store { return audit.NewStore(s.pool) }
 
 // Get returns tenant id.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (Tenant, error) {
@@ -127,13 +141,20 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 	}
 	hash := hashKey(key)
 	var p Principal
-	err := s.pool.QueryRow(ctx, authenticateSQL, hash[:]).Scan(&p.KeyID, &p.TenantID, &p.ExpiresAt,
+	var stored []byte
+	err := s.pool.QueryRow(ctx, authenticateSQL, hash[:]).Scan(&p.KeyID, &p.TenantID, &stored, &p.ExpiresAt,
 		&p.PublishLimit.RequestsPerSecond, &p.PublishLimit.Burst)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrUnauthorized
 	}
 	if err != nil {
 		return Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	// The index lookup already matched the hash; comparing again in
+	// constant time costs nothing and keeps the check independent of how
+	// the database compares.
+	if !sameHash(stored, hash) {
+		return Principal{}, ErrUnauthorized
 	}
 	return p, nil
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/audit"
 )
 
 // ErrNotFound is returned for a webhook that does not exist, is deleted, or
@@ -146,7 +148,8 @@ func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
 }
 
 // Delete removes the webhook from view and cancels its unfinished
-// deliveries, in one transaction. Its delivery history is kept.
+// deliveries, in one transaction with its audit row. Its delivery history
+// is kept.
 func (s *Store) Delete(ctx context.Context, tenantID, id uuid.UUID) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, deleteWebhookSQL, id, tenantID)
@@ -156,22 +159,34 @@ func (s *Store) Delete(ctx context.Context, tenantID, id uuid.UUID) error {
 		if tag.RowsAffected() == 0 {
 			return ErrNotFound
 		}
-		if _, err := tx.Exec(ctx, cancelDeliveriesSQL, id); err != nil {
+		tag, err = tx.Exec(ctx, cancelDeliveriesSQL, id)
+		if err != nil {
 			return fmt.Errorf("cancel deliveries of webhook %s: %w", id, err)
 		}
-		return nil
+		return audit.Record(ctx, tx, tenantID, audit.WebhookDeleted, "webhook", id.String(),
+			map[string]any{"cancelled_deliveries": tag.RowsAffected()})
 	})
 }
 
 // RotateSecret makes newSecret the signing secret; the old one keeps
-// signing until graceUntil.
+// signing until graceUntil. The audit row is written in the same
+// transaction.
 func (s *Store) RotateSecret(ctx context.Context, tenantID, id uuid.UUID, newSecret string, graceUntil time.Time) (Webhook, error) {
-	w, err := scanWebhook(s.pool.QueryRow(ctx, rotateSecretSQL, id, tenantID, graceUntil, newSecret))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Webhook{}, ErrNotFound
-	}
+	var w Webhook
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		w, err = scanWebhook(tx.QueryRow(ctx, rotateSecretSQL, id, tenantID, graceUntil, newSecret))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("rotate secret of webhook %s: %w", id, err)
+		}
+		return audit.Record(ctx, tx, tenantID, audit.SecretRotated, "webhook", id.String(),
+			map[string]any{"previous_secret_expires_at": graceUntil})
+	})
 	if err != nil {
-		return Webhook{}, fmt.Errorf("rotate secret of webhook %s: %w", id, err)
+		return Webhook{}, err
 	}
 	return w, nil
 }

@@ -261,3 +261,19 @@ CREATE TABLE delivery_attempts_retained (
 -- Retention looks for old events that still hold a payload; without this
 -- index it would walk every event of the last months on each run.
 CREATE INDEX events_payload_idx ON events (id) WHERE data IS NOT NULL;
+
+-- Security-relevant actions of tenants and operators (internal/audit):
+-- who (an API key, or the admin token when actor_key_id is NULL), what, on
+-- which object, from where. Listed per tenant, newest first.
+CREATE TABLE audit_log (
+    id            uuid PRIMARY KEY,
+    tenant_id     uuid NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    actor_key_id  uuid REFERENCES api_keys (id) ON DELETE SET NULL,
+    action        text NOT NULL,
+    target_type   text NOT NULL,
+    target_id     text NOT NULL,
+    details       jsonb NOT NULL DEFAULT '{}',
+    remote_addr   text NOT NULL DEFAULT '',
+    at            timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX audit_log_tenant_idx ON audit_log (tenant_id, id);

@@ -1,0 +1,135 @@
+// Package audit records security-relevant actions of tenants and operators
+// (tenant and key creation, key revocation, secret rotation, webhook
+// deletion, breaker overrides, retries and replays) in the audit_log table,
+// and lists a tenant's own rows.
+//
+// Who acts travels in the request context (WithActor), so that stores can
+// write the row inside the transaction of the action they perform without
+// every store method taking the caller's identity as an argument.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Actions written to the log.
+const (
+	TenantCreated      = "tenant.created"
+	APIKeyCreated      = "api_key.created"
+	APIKeyRevoked      = "api_key.revoked"
+	SecretRotated      = "webhook.secret_rotated"
+	WebhookDeleted     = "webhook.deleted"
+	CircuitOverridden  = "webhook.circuit_breaker_overridden"
+	DeliveryRetried    = "delivery.retried"
+	BatchRetryCreated  = "dlq.batch_retry_created"
+	BatchRetryCanceled = "dlq.batch_retry_cancelled"
+	EventReplayed      = "event.replayed"
+)
+
+// Actor is who performs an action: a tenant API key, or the admin token
+// (KeyID nil), from a remote address.
+type Actor struct {
+	KeyID      *uuid.UUID
+	RemoteAddr string
+}
+
+type actorKey struct{}
+
+// WithActor returns ctx carrying a.
+func WithActor(ctx context.Context, a Actor) context.Context {
+	return context.WithValue(ctx, actorKey{}, a)
+}
+
+// ActorFrom returns the actor carried by ctx (the zero Actor if none).
+func ActorFrom(ctx context.Context) Actor {
+	a, _ := ctx.Value(actorKey{}).(Actor)
+	return a
+}
+
+// Entry is one row of the audit log.
+type Entry struct {
+	ID         uuid.UUID       `json:"id"`
+	TenantID   uuid.UUID       `json:"-"`
+	ActorKeyID *uuid.UUID      `json:"actor_key_id"`
+	Action     string          `json:"action"`
+	TargetType string          `json:"target_type"`
+	TargetID   string          `json:"target_id"`
+	Details    json.RawMessage `json:"details"`
+	RemoteAddr string          `json:"remote_addr"`
+	At         time.Time       `json:"at"`
+}
+
+// Execer runs a statement: a pool, a connection or a transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+const (
+	insertSQL = `INSERT INTO audit_log (id, tenant_id, actor_key_id, action, target_type, target_id, details, remote_addr, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())`
+	listSQL = `SELECT id, actor_key_id, action, target_type, target_id, details, remote_addr, at
+FROM audit_log
+WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id < $2)
+ORDER BY id DESC
+LIMIT $3`
+)
+
+// Record writes one row for tenantID with the actor of ctx. Call it with the
+// transaction of the action, so that the row exists exactly when the action
+// happened. details may be nil.
+func Record(ctx context.Context, db Execer, tenantID uuid.UUID, action, targetType, targetID string, details map[string]any) error {
+	if details == nil {
+		details = map[string]any{}
+	}
+	raw, err := json.Marshal(details)
+	if err != nil {
+		return fmt.Errorf("encode audit details: %w", err)
+	}
+	a := ActorFrom(ctx)
+	_, err = db.Exec(ctx, insertSQL, uuid.Must(uuid.NewV7()), tenantID, a.KeyID, action, targetType, targetID, raw, a.RemoteAddr)
+	if err != nil {
+		return fmt.Errorf("record audit %s: %w", action, err)
+	}
+	return nil
+}
+
+// Store reads the audit log.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Record writes one row outside any transaction, for actions whose own
+// store call commits on its own.
+func (s *Store) Record(ctx context.Context, tenantID uuid.UUID, action, targetType, targetID string, details map[string]any) error {
+	return Record(ctx, s.pool, tenantID, action, targetType, targetID, details)
+}
+
+// List returns up to limit rows of tenantID, newest first, older than
+// before when it is given.
+func (s *Store) List(ctx context.Context, tenantID uuid.UUID, before *uuid.UUID, limit int) ([]Entry, error) {
+	rows, err := s.pool.Query(ctx, listSQL, tenantID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list audit log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
+		e := Entry{TenantID: tenantID}
+		err := row.Scan(&e.ID, &e.ActorKeyID, &e.Action, &e.TargetType, &e.TargetID, &e.Details, &e.RemoteAddr, &e.At)
+		e.At = e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list audit log: %w", err)
+	}
+	return out, nil
+}
