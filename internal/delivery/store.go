@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -219,7 +220,9 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 			errs[i] = &e
 		}
 		statuses[i], samples[i], next[i] = r.Status, res.BodySample, r.NextAttemptAt
-		h, err := json.Marshal(res.Header)
+		// Endpoints may answer with cookies, tokens or our own signature
+		// headers echoed back: none of it is stored.
+		h, err := json.Marshal(secret.StorableHeaders(res.Header))
 		if err != nil {
 			return nil, fmt.Errorf("encode response headers: %w", err)
 		}

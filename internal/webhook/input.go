@@ -74,7 +74,9 @@ const (
 	resolveTimeout   = 2 * time.Second
 )
 
-// reservedHeaders are set by the delivery itself and may not be overridden.
+// reservedHeaders are set by the delivery itself (or by the HTTP client)
+// and may not be overridden; so may no X-Webhook-* or Webhook-* header,
+// the namespaces of our signatures.
 var reservedHeaders = map[string]bool{
 	"Content-Type": true, "Content-Length": true, "User-Agent": true, "Host": true,
 	"Connection": true, "Transfer-Encoding": true, "Te": true, "Trailer": true,
@@ -234,7 +236,7 @@ func checkHeaders(in map[string]string) (map[string]string, error) {
 			return nil, fielderr.New(field, "is not a valid header name")
 		}
 		canon := http.CanonicalHeaderKey(name)
-		if reservedHeaders[canon] || strings.HasPrefix(canon, "X-Webhook-") {
+		if reservedHeaders[canon] || strings.HasPrefix(canon, "X-Webhook-") || strings.HasPrefix(canon, "Webhook-") {
 			return nil, fielderr.New(field, "is set by the delivery itself and cannot be overridden")
 		}
 		if len(value) > maxHeaderValLen {
