@@ -152,10 +152,19 @@ var (
 
 // Circuit breakers and rate limits.
 var (
-	CircuitState = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: Namespace, Name: "circuit_breaker_state",
-		Help: "Circuit state per webhook as this worker last saw it: 0 closed, 1 half-open, 2 open. One series per webhook.",
-	}, []string{"webhook_id"})
+	// CircuitState is the only metric labelled by webhook: one series (and
+	// one timestamp beside it) per webhook whose circuit changed state while
+	// this worker ran, so at most webhooks x workers series.
+	CircuitState = &CircuitStates{
+		state: promauto.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "circuit_breaker_state",
+			Help: "Circuit state per webhook as this worker last saw it: 0 closed, 1 half-open, 2 open. One series per webhook.",
+		}, []string{"webhook_id"}),
+		updated: promauto.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "circuit_breaker_state_updated_timestamp_seconds",
+			Help: "Unix time this worker last set circuit_breaker_state for the webhook; across workers the latest one is the current state.",
+		}, []string{"webhook_id"}),
+	}
 	CircuitTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "circuit_breaker_transitions_total",
 		Help: "Circuit transitions decided by this worker: opened, half_opened, closed, reopened.",
@@ -169,3 +178,20 @@ var (
 		Help: "1 while Redis is unreachable and circuit decisions fall back to the state persisted in Postgres (rate limits fail open).",
 	})
 )
+
+// Process health and settings, set up by Init.
+var (
+	// dependencyUp is collected at scrape time from the process's
+	// readiness checks.
+	dependencyUp = &dependencyCollector{desc: prometheus.NewDesc(Namespace+"_dependency_up",
+		"1 if this process reached the dependency (postgres, redis, rabbitmq) when scraped, 0 if not: its readiness check.",
+		[]string{"dependency"}, nil)}
+
+	// RetentionInterval lets the retention alert count missed runs.
+	RetentionInterval = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "retention_interval_seconds",
+		Help: "retention.interval of this dlq process (0 in the api and worker): how often retention should succeed.",
+	})
+)
+
+func init() { prometheus.MustRegister(dependencyUp) }

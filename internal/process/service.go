@@ -11,6 +11,7 @@ import (
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/metrics"
 )
 
 // Part is a long-running piece of a process; it returns when ctx ends.
@@ -43,6 +44,7 @@ func RunService(ctx context.Context, name string, args []string, build Build) er
 	if err != nil {
 		return err
 	}
+	metrics.Init(metrics.Process{Name: name, Checks: checks, RetentionInterval: cfg.Retention.Interval.D()})
 
 	amqpCtx, stopAMQP := context.WithCancel(context.Background())
 	amqpDone := make(chan error, 1)
