@@ -50,6 +50,8 @@ func run(ctx context.Context, args []string) error {
 	switch cmd {
 	case "migrate":
 		return migrate(ctx, cfg.Database.URL, log)
+	case "rotate-secret-key":
+		return webhook.RotateSecretKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
 	case "serve":
 	default:
 		return fmt.Errorf("unknown command %q (want serve or migrate)", cmd)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hookline/hookline/internal/secret"
 )
 
 // Config is the whole configuration of every process.
@@ -44,6 +46,18 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	Network   Network   `yaml:"network"`
 	Defaults  Defaults  `yaml:"defaults"`
+	Security  Security  `yaml:"security"`
+}
+
+// Security configures the protection of secrets at rest.
+type Security struct {
+	// SecretKeys are the keys that encrypt webhook signing secrets in the
+	// database (AES-256-GCM), as "id:base64" entries of 32-byte keys (env
+	// SECRET_KEYS, comma-separated). The first encrypts; the others only
+	// decrypt, for secrets not yet re-encrypted after a rotation
+	// ("api rotate-secret-key"). Required in production; default none
+	// (secrets stored in clear, for tests and development only).
+	SecretKeys []string `yaml:"secret_keys"`
 }
 
 // DLQ configures how the dlq process runs batch retries.
@@ -277,6 +291,12 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 		}
 		c.Network.AllowPrivateNetworks = b
 	}
+	if v := getenv("SECRET_KEYS"); v != "" {
+		c.Security.SecretKeys = strings.Split(v, ",")
+		for i, k := range c.Security.SecretKeys {
+			c.Security.SecretKeys[i] = strings.TrimSpace(k)
+		}
+	}
 	if v := getenv("ALLOW_CIDRS"); v != "" {
 		c.Network.AllowCIDRs = strings.Split(v, ",")
 		for i, cidr := range c.Network.AllowCIDRs {
@@ -362,6 +382,13 @@ func (c *Config) Validate() error {
 	for i, cidr := range c.Network.AllowCIDRs {
 		if _, err := netip.ParsePrefix(strings.TrimSpace(cidr)); err != nil {
 			bad(fmt.Sprintf("network.allow_cidrs[%d] (ALLOW_CIDRS)", i), "%q is not a CIDR", cidr)
+		}
+	}
+	if len(c.Security.SecretKeys) == 0 && c.Env == "production" {
+		bad("security.secret_keys (SECRET_KEYS)", "at least one key is required in production (id:base64 of 32 random bytes)")
+	} else if len(c.Security.SecretKeys) > 0 {
+		if _, err := secret.ParseKeys(c.Security.SecretKeys); err != nil {
+			bad("security.secret_keys (SECRET_KEYS)", "%s", err.Error())
 		}
 	}
 	checkRate(bad, "defaults.tenant_rate_limit", c.Defaults.TenantRateLimit.RequestsPerMinute, c.Defaults.TenantRateLimit.Burst)

@@ -26,11 +26,15 @@ func writeFile(t *testing.T, body string) string {
 	return path
 }
 
+// testKey is a well-formed secret key (id:base64 of 32 bytes).
+const testKey = "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="
+
 // valid returns a configuration that passes Validate, for tests that break
 // one setting at a time.
 func valid() config.Config {
 	c := config.Default()
 	c.API.AdminToken = "a-long-enough-admin-token"
+	c.Security.SecretKeys = []string{testKey}
 	return c
 }
 
@@ -108,6 +112,8 @@ defaults:
   tenant_rate_limit: {requests_per_minute: 11, burst: 12}
   tenant_publish_rate_limit: {requests_per_second: 13, burst: 14}
   webhook_rate_limit: {requests_per_minute: 15, burst: 16}
+security:
+  secret_keys: ["k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="]
 `)
 	got, err := config.Load(path, env(nil))
 	require.NoError(t, err)
@@ -138,6 +144,7 @@ defaults:
 			TenantPublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 13, Burst: 14},
 			WebhookRateLimit:       config.RateLimit{RequestsPerMinute: 15, Burst: 16},
 		},
+		Security: config.Security{SecretKeys: []string{"k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="}},
 	}
 	require.Equal(t, want, got)
 }
@@ -188,6 +195,7 @@ amqp: {url: "amqp://file:1/", prefix: file}
 api: {addr: "127.0.0.1:1", admin_token: file-token-0123456789}
 metrics_addr: "127.0.0.1:2"
 network: {allow_private_networks: false, allow_cidrs: ["10.0.0.0/8"]}
+security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 `
 	tests := []struct {
 		name  string
@@ -210,6 +218,8 @@ network: {allow_private_networks: false, allow_cidrs: ["10.0.0.0/8"]}
 		{"allow private 1", "ALLOW_PRIVATE_NETWORKS", "1", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
 		{"allow cidrs", "ALLOW_CIDRS", "192.168.1.0/24, fd00::/8 ,100.64.0.0/10", func(c config.Config) any { return c.Network.AllowCIDRs },
 			[]string{"192.168.1.0/24", "fd00::/8", "100.64.0.0/10"}},
+		{"secret keys", "SECRET_KEYS", " new:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=, " + testKey, func(c config.Config) any { return c.Security.SecretKeys },
+			[]string{"new:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", testKey}},
 	}
 	path := writeFile(t, file)
 	for _, tt := range tests {
@@ -251,6 +261,8 @@ network: {allow_private_networks: false, allow_cidrs: ["10.0.0.0/8"]}
 				restore.Network.AllowPrivateNetworks = base.Network.AllowPrivateNetworks
 			case "ALLOW_CIDRS":
 				restore.Network.AllowCIDRs = base.Network.AllowCIDRs
+			case "SECRET_KEYS":
+				restore.Security.SecretKeys = base.Security.SecretKeys
 			}
 			require.Equal(t, base, restore)
 		})
@@ -404,6 +416,12 @@ func TestValidate(t *testing.T) {
 		{"attempts age under a day", func(c *config.Config) { c.Retention.AttemptsAge = config.Duration(time.Hour) }, "retention.attempts_age"},
 		{"payload age tiny", func(c *config.Config) { c.Retention.PayloadAge = config.Duration(time.Minute) }, "retention.payload_age"},
 		{"retention batch 0", func(c *config.Config) { c.Retention.BatchSize = 0 }, "retention.batch_size"},
+		{"secret keys missing in production", func(c *config.Config) {
+			c.Env = "production"
+			c.Security.SecretKeys = nil
+		}, "security.secret_keys (SECRET_KEYS)"},
+		{"secret keys optional in development", func(c *config.Config) { c.Security.SecretKeys = nil }, ""},
+		{"secret key malformed", func(c *config.Config) { c.Security.SecretKeys = []string{"k1:short"} }, "security.secret_keys (SECRET_KEYS)"},
 		{"auth cache ttl negative", func(c *config.Config) { c.API.AuthCacheTTL = config.Duration(-time.Second) }, "api.auth_cache_ttl"},
 		{"auth cache ttl too long", func(c *config.Config) { c.API.AuthCacheTTL = config.Duration(2 * time.Hour) }, "api.auth_cache_ttl"},
 		{"rotation grace negative", func(c *config.Config) { c.API.SecretRotationGrace = config.Duration(-time.Second) }, "api.secret_rotation_grace"},

@@ -61,6 +61,16 @@ type persistedCircuit struct {
 // store is the worker's SQL.
 type store struct {
 	pool *pgxpool.Pool
+	// keys open the webhook secrets sealed at rest; nil when none are
+	// configured (secrets stored in clear, development and tests).
+	keys *secret.Keyring
+}
+
+// WithSecretKeys makes the worker open webhook secrets sealed with keys.
+// Call it before Serve.
+func (w *Worker) WithSecretKeys(keys *secret.Keyring) *Worker {
+	w.store.keys = keys
+	return w
 }
 
 const loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
@@ -68,7 +78,7 @@ const loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.nex
     w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, w.retry_config, w.headers,
     w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
     t.rate_limit_rpm, t.rate_limit_burst,
-    c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id
+    c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id
 FROM deliveries d
 JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id
@@ -92,22 +102,27 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 	defer rows.Close()
 	now := time.Now()
 	found := make(map[uuid.UUID]job, len(ids))
+	// failed holds deliveries whose secret could not be opened (a key
+	// missing from this worker's configuration): our failure, not the
+	// endpoint's.
+	failed := map[uuid.UUID]error{}
 	for rows.Next() {
 		var id uuid.UUID
 		var j job
 		var prev *string
 		var prevUntil *time.Time
 		var retryRaw, headersRaw, breakerRaw, rateRaw []byte
-		var secret string
+		var sealed string
+		var hookID uuid.UUID
 		var cState *string
 		var cUpdated *time.Time
 		var forced *string
 		var forcedUntil *time.Time
 		if err := rows.Scan(&id, &j.Status, &j.AttemptCount, &j.CreatedAt, &j.NextAttemptAt,
 			&j.EventType, &j.Source, &j.IdemKey, &j.Data, &j.EventTime, &j.CorrelationID,
-			&j.URL, &secret, &prev, &prevUntil, &retryRaw, &headersRaw, &j.Active, &j.Deleted,
+			&j.URL, &sealed, &prev, &prevUntil, &retryRaw, &headersRaw, &j.Active, &j.Deleted,
 			&breakerRaw, &rateRaw, &j.TenantLimit.RequestsPerMinute, &j.TenantLimit.Burst,
-			&cState, &cUpdated, &forced, &forcedUntil, &j.OrderKey, &j.EventID); err != nil {
+			&cState, &cUpdated, &forced, &forcedUntil, &j.OrderKey, &j.EventID, &hookID); err != nil {
 			return nil, fmt.Errorf("scan delivery: %w", err)
 		}
 		if cState != nil {
@@ -119,11 +134,12 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 		if err := json.Unmarshal(rateRaw, &j.RateLimit); err != nil {
 			return nil, fmt.Errorf("decode rate limit of delivery %s: %w", id, err)
 		}
-		w := webhook.Webhook{Secret: secret, PreviousSecretExpiresAt: prevUntil}
-		if prev != nil {
-			w.PreviousSecret = *prev
+		secrets, err := s.openSecrets(hookID, sealed, prev, prevUntil, now)
+		if err != nil {
+			failed[id] = err
+			continue
 		}
-		j.Secrets = w.ActiveSecrets(now)
+		j.Secrets = secrets
 		if err := json.Unmarshal(retryRaw, &j.Retry); err != nil {
 			return nil, fmt.Errorf("decode retry config of delivery %s: %w", id, err)
 		}
@@ -137,13 +153,31 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 	}
 	out := make([]loadResult, len(ids))
 	for i, id := range ids {
-		if j, ok := found[id]; ok {
+		if err, ok := failed[id]; ok {
+			out[i] = loadResult{err: err}
+		} else if j, ok := found[id]; ok {
 			out[i] = loadResult{job: j}
 		} else {
 			out[i] = loadResult{err: errGone}
 		}
 	}
 	return out, nil
+}
+
+// openSecrets returns the secrets that sign a delivery of webhook hookID at
+// now, opened from their sealed form.
+func (s *store) openSecrets(hookID uuid.UUID, sealed string, prev *string, prevUntil *time.Time, now time.Time) ([]string, error) {
+	cur, err := webhook.OpenSecret(s.keys, hookID, sealed)
+	if err != nil {
+		return nil, err
+	}
+	w := webhook.Webhook{Secret: cur, PreviousSecretExpiresAt: prevUntil}
+	if prev != nil && prevUntil != nil && now.Before(*prevUntil) {
+		if w.PreviousSecret, err = webhook.OpenSecret(s.keys, hookID, *prev); err != nil {
+			return nil, err
+		}
+	}
+	return w.ActiveSecrets(now), nil
 }
 
 // attemptRecord is one row of the attempt log plus what it does to the

@@ -139,3 +139,12 @@ func KeyID(stored string) (string, bool) {
 	id, _, _ := strings.Cut(rest, ":")
 	return id, true
 }
+
+// FromConfig builds the keyring of the configured entries, or returns nil
+// (no encryption) when there are none.
+func FromConfig(entries []string) (*Keyring, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	return ParseKeys(entries)
+}

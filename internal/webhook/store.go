@@ -12,19 +12,37 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/audit"
+	"github.com/hookline/hookline/internal/secret"
 )
 
 // ErrNotFound is returned for a webhook that does not exist, is deleted, or
 // belongs to another tenant: the three are indistinguishable to a caller.
 var ErrNotFound = errors.New("webhook not found")
 
-// Store reads and writes webhooks in Postgres.
+// Store reads and writes webhooks in Postgres. Signing secrets are sealed
+// with its keyring before they are written and opened after they are read
+// (see SealSecret).
 type Store struct {
 	pool *pgxpool.Pool
+	keys *secret.Keyring
 }
 
+// Option adjusts a Store.
+type Option func(*Store)
+
+// WithKeyring seals secrets with keys. Without it (or with a nil keyring)
+// secrets are stored in clear: for tests and development only; production
+// configuration requires keys.
+func WithKeyring(keys *secret.Keyring) Option { return func(s *Store) { s.keys = keys } }
+
 // NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
 
 const webhookColumns = `id, tenant_id, url, events, active, secret, previous_secret,
 	previous_secret_expires_at, retry_config, circuit_breaker_config, rate_limit,
@@ -79,8 +97,12 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 	if err != nil {
 		return Webhook{}, err
 	}
+	sealed, err := SealSecret(s.keys, w.ID, w.Secret)
+	if err != nil {
+		return Webhook{}, err
+	}
 	_, err = s.pool.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
-		w.Secret, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
+		sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
 		[]byte(w.Metadata), w.CreatedAt)
 	if err != nil {
 		return Webhook{}, fmt.Errorf("insert webhook: %w", err)
@@ -90,7 +112,7 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 
 // Get returns the tenant's webhook id.
 func (s *Store) Get(ctx context.Context, tenantID, id uuid.UUID) (Webhook, error) {
-	w, err := scanWebhook(s.pool.QueryRow(ctx, getWebhookSQL, id, tenantID))
+	w, err := s.scan(s.pool.QueryRow(ctx, getWebhookSQL, id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Webhook{}, ErrNotFound
 	}
@@ -117,7 +139,7 @@ func (s *Store) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]W
 	defer rows.Close()
 	var out []Webhook
 	for rows.Next() {
-		w, err := scanWebhook(rows)
+		w, err := s.scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("scan webhook: %w", err)
 		}
@@ -172,10 +194,14 @@ func (s *Store) Delete(ctx context.Context, tenantID, id uuid.UUID) error {
 // signing until graceUntil. The audit row is written in the same
 // transaction.
 func (s *Store) RotateSecret(ctx context.Context, tenantID, id uuid.UUID, newSecret string, graceUntil time.Time) (Webhook, error) {
+	sealed, err := SealSecret(s.keys, id, newSecret)
+	if err != nil {
+		return Webhook{}, err
+	}
 	var w Webhook
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		w, err = scanWebhook(tx.QueryRow(ctx, rotateSecretSQL, id, tenantID, graceUntil, newSecret))
+		w, err = s.scan(tx.QueryRow(ctx, rotateSecretSQL, id, tenantID, graceUntil, sealed))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -211,6 +237,23 @@ func encodeConfigs(w Webhook) (encodedConfigs, error) {
 		return e, fmt.Errorf("encode headers: %w", err)
 	}
 	return e, nil
+}
+
+// scan reads a webhook row and opens its secrets.
+func (s *Store) scan(row pgx.Row) (Webhook, error) {
+	w, err := scanWebhook(row)
+	if err != nil {
+		return Webhook{}, err
+	}
+	if w.Secret, err = OpenSecret(s.keys, w.ID, w.Secret); err != nil {
+		return Webhook{}, err
+	}
+	if w.PreviousSecret != "" {
+		if w.PreviousSecret, err = OpenSecret(s.keys, w.ID, w.PreviousSecret); err != nil {
+			return Webhook{}, err
+		}
+	}
+	return w, nil
 }
 
 func scanWebhook(row pgx.Row) (Webhook, error) {
