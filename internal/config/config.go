@@ -181,6 +181,10 @@ type PublishRateLimit struct {
 	Burst             int `yaml:"burst" json:"burst"`
 }
 
+// devSecretKey is the public secret key of config/hookline.yaml, refused in
+// production.
+const devSecretKey = "ZGV2LW9ubHkta2V5LWRvLW5vdC11c2UtaW4tcHJvZCE="
+
 // Default returns the configuration used when nothing else is said.
 func Default() Config {
 	return Config{
@@ -389,6 +393,11 @@ func (c *Config) Validate() error {
 	} else if len(c.Security.SecretKeys) > 0 {
 		if _, err := secret.ParseKeys(c.Security.SecretKeys); err != nil {
 			bad("security.secret_keys (SECRET_KEYS)", "%s", err.Error())
+		}
+	}
+	for _, k := range c.Security.SecretKeys {
+		if c.Env == "production" && strings.HasSuffix(strings.TrimSpace(k), ":"+devSecretKey) {
+			bad("security.secret_keys (SECRET_KEYS)", "the public development key of config/hookline.yaml cannot be used in production")
 		}
 	}
 	checkRate(bad, "defaults.tenant_rate_limit", c.Defaults.TenantRateLimit.RequestsPerMinute, c.Defaults.TenantRateLimit.Burst)

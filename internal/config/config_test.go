@@ -493,9 +493,12 @@ func TestCommittedDevConfigLoads(t *testing.T) {
 	want.API.AdminToken = "dev-admin-token"
 	want.Network.AllowPrivateNetworks = true
 	want.Network.AllowCIDRs = []string{}
+	want.Security.SecretKeys = []string{"dev:ZGV2LW9ubHkta2V5LWRvLW5vdC11c2UtaW4tcHJvZCE="}
 	require.Equal(t, want, got)
 
-	// The development token must not pass as a production one.
+	// Neither the development token nor the development secret key passes
+	// in production.
 	_, err = config.Load("../../config/hookline.yaml", env(map[string]string{"HOOKLINE_ENV": "production"}))
 	require.ErrorContains(t, err, "api.admin_token (ADMIN_TOKEN)")
+	require.ErrorContains(t, err, "security.secret_keys (SECRET_KEYS)")
 }
