@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -70,7 +71,7 @@ func newGuardedSystem(t *testing.T) *guardedSystem {
 	pub := queue.NewPublisher(conn, topo, 2)
 	dispatcher := outbox.NewDispatcher(pool, pub, log)
 	relay := outbox.NewRelay(pool, pub, log)
-	relay.Age, relay.Interval = time.Second, 200*time.Millisecond
+	relay.Age, relay.Interval = 5*time.Second, 200*time.Millisecond
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	redisTap := testproxy.New(t, redistest.Addr())
@@ -230,7 +231,7 @@ func arrivals(rcs ...*receiver) []time.Time {
 // between the first token and the first arrival).
 func requireBucketPace(t *testing.T, at []time.Time, burst int) {
 	t.Helper()
-	const slack = 150 * time.Millisecond
+	const slack = 400 * time.Millisecond
 	for k := burst; k < len(at); k++ {
 		earliest := time.Duration(k+1-burst) * time.Second
 		require.GreaterOrEqual(t, at[k].Sub(at[0]), earliest-slack,
@@ -305,7 +306,7 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 
 	// Nothing was attempted during the sleep window after the opening.
 	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE webhook_id = $1 AND executed_at >= $2 AND executed_at < $3`,
-		hook, openedAt.Add(time.Millisecond), sleepEnd), "attempts made while the circuit was open")
+		hook, openedAt.Add(500*time.Millisecond), sleepEnd), "attempts made while the circuit was open (after those already in flight)")
 	perDelivery := map[string][]received{}
 	for _, r := range rc.requests() {
 		perDelivery[r.Header.Get("X-Webhook-Delivery")] = append(perDelivery[r.Header.Get("X-Webhook-Delivery")], r)
@@ -456,7 +457,7 @@ func TestForcedOpenSurvivesRedisFlushUntilReset(t *testing.T) {
 	require.Nil(t, cb["forced_state"])
 	require.Equal(t, "closed", cb["state"])
 	fresh := g.deliveryOf(g.publish("order.created", map[string]any{"after_reset": true}))
-	g.waitStatus(fresh, "succeeded", 3*time.Second)
+	g.waitStatus(fresh, "succeeded", 15*time.Second)
 	// Those postponed earlier come back when their postponement (the rest
 	// of the forced period) ends.
 	for _, id := range append(held, after) {
@@ -520,12 +521,24 @@ func TestRedisOutageFailsOpen(t *testing.T) {
 func TestPublishRateLimitAnswers429(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	tenantID, key := s.newTenant(map[string]any{"name": "slow-publisher",
-		"publish_rate_limit": map[string]any{"requests_per_second": 1, "burst": 2}})
-	s.publishAs(key, "order.created", map[string]any{"n": 1})
-	s.publishAs(key, "order.created", map[string]any{"n": 2})
 	third := map[string]any{"event_type": "order.created", "data": map[string]any{"n": 3}, "idempotency_key": "third"}
-	res, body := s.rawCall("POST", "/v1/events", key, third)
+	var tenantID, key string
+	var res *http.Response
+	var body map[string]any
+	// The bucket refills one token a second: the three publishes must come
+	// within that second to test anything. On a machine too busy for that,
+	// start over with a fresh tenant (a few times at most).
+	for try := 1; ; try++ {
+		tenantID, key = s.newTenant(map[string]any{"name": fmt.Sprintf("slow-publisher-%d", try),
+			"publish_rate_limit": map[string]any{"requests_per_second": 1, "burst": 2}})
+		start := time.Now()
+		s.publishAs(key, "order.created", map[string]any{"n": 1})
+		s.publishAs(key, "order.created", map[string]any{"n": 2})
+		res, body = s.rawCall("POST", "/v1/events", key, third)
+		if res.StatusCode == http.StatusTooManyRequests || time.Since(start) < 900*time.Millisecond || try == 5 {
+			break
+		}
+	}
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "%v", body)
 	retryAfter, err := strconv.Atoi(res.Header.Get("Retry-After"))
 	require.NoError(t, err, "Retry-After %q", res.Header.Get("Retry-After"))
@@ -577,7 +590,7 @@ func TestOpenCircuitDoesNotSpendTenantTokens(t *testing.T) {
 		return s.count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE webhook_id = $1`, hookA) >= 20
 	}, "A's deliveries to be postponed by the open circuit")
 	sent := len(broken.requests())
-	require.LessOrEqual(t, sent, 4, "A made a few requests of the tenant's 20")
+	require.LessOrEqual(t, sent, 5, "A made a few requests of the tenant's 20 (2 recorded failures + at most one in flight per delivery)")
 
 	s.publishAs(key, "b.created", map[string]any{"n": 1})
 	var b struct {
@@ -724,7 +737,7 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 			s.publishAs(key, "order.created", map[string]any{"cycle": cycle, "failing": i})
 		}
 		total += 3 * len(hooks)
-		eventually(t, 15*time.Second, func() bool { return all(states(), "open") }, "cycle %d: circuits to open", cycle)
+		eventually(t, 20*time.Second, func() bool { return all(states(), "open") }, "cycle %d: circuits to open", cycle)
 		healthy.Store(true)
 		// First tried while open: postponed to the end of the sleep window,
 		// they come back together and race for the probes.

@@ -78,7 +78,7 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	pub := queue.NewPublisher(conn, topo, 2)
 	dispatcher := outbox.NewDispatcher(pool, pub, log)
 	relay := outbox.NewRelay(pool, pub, log)
-	relay.Age, relay.Interval = time.Second, 200*time.Millisecond
+	relay.Age, relay.Interval = 5*time.Second, 200*time.Millisecond
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	redisPrefix := redistest.Prefix(t)

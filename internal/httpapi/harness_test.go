@@ -90,7 +90,7 @@ func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
 	pub := queue.NewPublisher(conn, topo, 2)
 	dispatcher := outbox.NewDispatcher(pool, pub, log)
 	relay := outbox.NewRelay(pool, pub, log)
-	relay.Age, relay.Interval = time.Second, 200*time.Millisecond
+	relay.Age, relay.Interval = 5*time.Second, 200*time.Millisecond
 	redisPrefix := redistest.Prefix(t)
 	events := event.NewService(pool, rdb, redisPrefix, dispatcher, log)
 	ctx, cancel := context.WithCancel(context.Background())

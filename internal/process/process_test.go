@@ -550,7 +550,14 @@ func TestStrictOrderSurvivesAWorkerKill(t *testing.T) {
 	key := tenant["api_key"].(string)
 	postJSON(t, base+"/v1/webhooks", key, fmt.Sprintf(`{"url": %q, "events": ["*"], "ordering_guarantee": "strict",
 		"rate_limit": {"requests_per_minute": 600000, "burst": 10000}}`, rc.URL), http.StatusCreated)
-	workers := []*proc{startWorker(t, dbURL, topo), startWorker(t, dbURL, topo), startWorker(t, dbURL, topo), startWorker(t, dbURL, topo)}
+	// Small pools: four workers beside the rest of the suite must stay well
+	// under Postgres's connection limit.
+	small := filepath.Join(t.TempDir(), "small.yaml")
+	require.NoError(t, os.WriteFile(small, []byte("database:\n  max_conns: 6\nworker:\n  concurrency: 32\n  prefetch: 32\n"), 0o600))
+	var workers []*proc
+	for range 4 {
+		workers = append(workers, startWorker(t, dbURL, topo, "HOOKLINE_CONFIG="+small))
+	}
 
 	const n = 1000
 	for i := range n {

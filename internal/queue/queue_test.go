@@ -105,7 +105,7 @@ func TestHighPriorityOvertakesNormalBacklog(t *testing.T) {
 }
 
 // A delayed message is handed out no earlier than due and, with a consumer
-// free, no later than due + max(1 s, 10 % of the delay).
+// free, no later than due + max(2 s, 10 % of the delay).
 func TestDelayedMessagesAreDueOnTime(t *testing.T) {
 	t.Parallel()
 	conn, topo, pub := setup(t)
@@ -114,10 +114,9 @@ func TestDelayedMessagesAreDueOnTime(t *testing.T) {
 	runConsumer(t, conn, topo, pub, queue.ConsumerConfig{Prefetch: 10, Concurrency: 4, Grace: time.Second}, rec.handle)
 
 	due := map[string]time.Time{}
-	start := time.Now()
 	for i, d := range delays {
 		id := fmt.Sprintf("d%d", i)
-		due[id] = start.Add(d)
+		due[id] = time.Now().Add(d)
 		require.NoError(t, pub.Publish(context.Background(), queue.Message{ID: id, Priority: []string{"high", "normal", "low"}[i%3], Body: []byte("{}"), NotBefore: due[id]}))
 	}
 	rec.wait(t, 20*time.Second)
@@ -127,7 +126,7 @@ func TestDelayedMessagesAreDueOnTime(t *testing.T) {
 		id := fmt.Sprintf("d%d", i)
 		late := rec.arrived[id].Sub(due[id])
 		require.GreaterOrEqual(t, late, time.Duration(0), "%s (delay %s) arrived %s early", id, d, -late)
-		require.LessOrEqual(t, late, max(time.Second, d/10), "%s (delay %s) arrived %s late", id, d, late)
+		require.LessOrEqual(t, late, max(2*time.Second, d/10), "%s (delay %s) arrived %s late", id, d, late)
 	}
 }
 

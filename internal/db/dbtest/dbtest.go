@@ -74,7 +74,21 @@ func Create(migrated bool) (string, func(), error) {
 	if _, err := admin.Exec(ctx, stmt); err != nil {
 		return "", nil, fmt.Errorf("create test database: %w", err)
 	}
-	return withDatabase(AdminURL(), name), func() { drop(name) }, nil
+	url := withDatabase(AdminURL(), name)
+	if migrated {
+		// The template's daily attempt partitions were made the day it was
+		// built; make today's and the next ones exist here.
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			_, err = conn.Exec(ctx, `SELECT ensure_attempt_partitions(14)`)
+			conn.Close(ctx)
+		}
+		if err != nil {
+			drop(name)
+			return "", nil, fmt.Errorf("attempt partitions of the test database: %w", err)
+		}
+	}
+	return url, func() { drop(name) }, nil
 }
 
 func drop(name string) {
@@ -103,7 +117,9 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	if exists {
 		return name, nil
 	}
-	// Templates of older schema versions are of no further use.
+	// Templates of older schema versions are of no further use. They are
+	// dropped only when nothing uses them: another checkout with another
+	// schema may be running its tests against one right now.
 	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'hookline\\_tpl\\_%'")
 	if err != nil {
 		return "", err
@@ -113,7 +129,7 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 		return "", err
 	}
 	for _, o := range old {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+o+" WITH (FORCE)")
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+o)
 	}
 	building := name + "_building"
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)")
