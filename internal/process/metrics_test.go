@@ -58,8 +58,12 @@ func TestDashboardAndAlertMetricsAreExported(t *testing.T) {
 
 	dbURL := dbtest.NewURL(t, false)
 	topo := queuetest.NewTopology(t)
+	// Small pools, so that parallel tests stay within max_connections; a
+	// retention run every second.
+	cfgFile := filepath.Join(t.TempDir(), "hookline.yaml")
+	require.NoError(t, os.WriteFile(cfgFile, []byte("database:\n  max_conns: 6\nretention:\n  interval: 1s\n"), 0o600))
 	env := []string{"DATABASE_URL=" + dbURL, "AMQP_PREFIX=" + topo.Prefix, "REDIS_PREFIX=" + randomPrefix(t),
-		"ALLOW_PRIVATE_NETWORKS=true"}
+		"ALLOW_PRIVATE_NETWORKS=true", "HOOKLINE_CONFIG=" + cfgFile}
 	apiAddr := freeAddr(t)
 	api := start(t, "api", append(env, "API_ADDR="+apiAddr)...)
 	waitReady(t, api, "http://"+apiAddr+"/readyz")
@@ -79,12 +83,10 @@ func TestDashboardAndAlertMetricsAreExported(t *testing.T) {
 		postJSON(t, base+"/v1/events", key, fmt.Sprintf(`{"event_type": "user.created", "data": {"i": %d}}`, i), http.StatusAccepted)
 	}
 
-	cfgFile := filepath.Join(t.TempDir(), "dlq.yaml")
-	require.NoError(t, os.WriteFile(cfgFile, []byte("retention:\n  interval: 1s\n"), 0o600))
 	workerAddr, dlqAddr := freeAddr(t), freeAddr(t)
 	worker := start(t, "worker", append(env, "METRICS_ADDR="+workerAddr)...)
 	waitReady(t, worker, "http://"+workerAddr+"/readyz")
-	dlq := start(t, "dlq", append(env, "METRICS_ADDR="+dlqAddr, "HOOKLINE_CONFIG="+cfgFile)...)
+	dlq := start(t, "dlq", append(env, "METRICS_ADDR="+dlqAddr)...)
 	waitReady(t, dlq, "http://"+dlqAddr+"/readyz")
 
 	dlqCount := func() int {
