@@ -24,6 +24,7 @@ import (
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/webhook"
 )
@@ -54,7 +55,7 @@ func run(ctx context.Context, args []string) error {
 		return webhook.RotateSecretKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
 	case "serve":
 	default:
-		return fmt.Errorf("unknown command %q (want serve or migrate)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate or rotate-secret-key)", cmd)
 	}
 
 	deps, err := process.Connect(ctx, cfg, log)
@@ -79,11 +80,15 @@ func run(ctx context.Context, args []string) error {
 	events := event.NewService(deps.PG, deps.Redis, cfg.Redis.KeyPrefix, dispatcher, log)
 	checks := deps.Checks()
 	checks["rabbitmq"] = pub.Check
+	keys, err := secret.FromConfig(cfg.Security.SecretKeys)
+	if err != nil {
+		return err
+	}
 	srv, err := httpapi.New(httpapi.Deps{
 		Config:     cfg,
 		Log:        log,
 		Tenants:    tenant.NewStore(deps.PG),
-		Webhooks:   webhook.NewStore(deps.PG),
+		Webhooks:   webhook.NewStore(deps.PG, webhook.WithKeyring(keys)),
 		Events:     events,
 		Deliveries: delivery.NewReader(deps.PG),
 		DLQ:        dlq.NewStore(deps.PG, dispatcher),

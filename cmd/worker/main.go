@@ -21,6 +21,7 @@ import (
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/secret"
 )
 
 func main() {
@@ -46,7 +47,11 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	pub := queue.NewPublisher(deps.AMQP, topo, 4)
 	checks["rabbitmq"] = pub.Check
 	guard := delivery.NewGuard(breaker.New(deps.Redis, cfg.Redis.KeyPrefix), ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix), deps.PG, log)
-	w := delivery.NewWorker(deps.PG, sender, guard, pub, log)
+	keys, err := secret.FromConfig(cfg.Security.SecretKeys)
+	if err != nil {
+		return nil, err
+	}
+	w := delivery.NewWorker(deps.PG, sender, guard, pub, log).WithSecretKeys(keys)
 	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
 		Prefetch:    cfg.Worker.Prefetch,
 		Concurrency: cfg.Worker.Concurrency,

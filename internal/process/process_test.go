@@ -3,6 +3,7 @@ package process_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/signature"
 )
 
 var (
@@ -579,4 +581,52 @@ func TestStrictOrderSurvivesAWorkerKill(t *testing.T) {
 	}
 	require.Equal(t, 0, got[0])
 	t.Logf("%d requests for %d events (%d repeated after the kill)", len(got), n, len(got)-n)
+}
+
+// With SECRET_KEYS set, the api stores webhook secrets sealed and the
+// worker opens them to sign: the secret is nowhere in the webhooks table,
+// and the receiver gets a delivery signed with it.
+func TestSealedSecretsDeliverSigned(t *testing.T) {
+	t.Parallel()
+	type request struct {
+		header http.Header
+		body   []byte
+	}
+	got := make(chan request, 1)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		select {
+		case got <- request{r.Header.Clone(), body}:
+		default:
+		}
+	}))
+	defer rc.Close()
+	dbURL := dbtest.NewURL(t, false)
+	topo := queuetest.NewTopology(t)
+	keys := "SECRET_KEYS=k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	addr := freeAddr(t)
+	api := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr, "AMQP_PREFIX="+topo.Prefix, "ALLOW_PRIVATE_NETWORKS=true", keys)
+	base := "http://" + addr
+	waitReady(t, api, base+"/readyz")
+	tenant := postJSON(t, base+"/v1/tenants", "process-test-token", `{"name": "acme"}`, http.StatusCreated)
+	key := tenant["api_key"].(string)
+	hook := postJSON(t, base+"/v1/webhooks", key, fmt.Sprintf(`{"url": %q, "events": ["*"]}`, rc.URL), http.StatusCreated)
+	plain := hook["secret"].(string)
+	startWorker(t, dbURL, topo, keys)
+	postJSON(t, base+"/v1/events", key, `{"event_type": "order.created", "data": {"n": 1}}`, http.StatusAccepted)
+	select {
+	case r := <-got:
+		require.NoError(t, signature.VerifyStandard(plain, r.header.Get("Webhook-Id"), r.header.Get("Webhook-Timestamp"),
+			r.header.Get("Webhook-Signature"), r.body, time.Now(), 5*time.Minute), "signed with the secret the api returned")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery within 30s")
+	}
+
+	pool, err := db.Open(context.Background(), dbURL, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	var row string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT w::text FROM webhooks w`).Scan(&row))
+	require.NotContains(t, row, plain, "the secret is stored sealed")
+	require.NotContains(t, row, strings.TrimPrefix(plain, "whsec_"))
 }
