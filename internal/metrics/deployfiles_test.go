@@ -130,7 +130,10 @@ func TestComposeFile(t *testing.T) {
 		for k := range env {
 			require.True(t, envs[k], "%s sets %s, which no process reads", name, k)
 		}
-		cfg := loadConfig(t, "", composeEnv(env))
+		penv := composeEnv(env)
+		require.Empty(t, penv["SECRET_KEYS"], "compose has no default secret key")
+		penv["SECRET_KEYS"] = testKey
+		cfg := loadConfig(t, "", penv)
 		listen[name] = cfg.API.Addr
 		if name != "api" {
 			listen[name] = cfg.MetricsAddr
@@ -187,13 +190,15 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// composeEnv resolves a compose environment (with ${VAR:-default}) into
-// the environment a process sees.
+// composeEnv resolves a compose environment into the environment a
+// process sees when no variable is set: ${VAR:-default} is the default,
+// ${VAR:?message} (required) is empty.
 func composeEnv(env map[string]any) map[string]string {
-	subst := regexp.MustCompile(`\$\{[A-Z_]+:-([^}]*)\}`)
+	def := regexp.MustCompile(`\$\{[A-Z_]+:-([^}]*)\}`)
+	required := regexp.MustCompile(`\$\{[A-Z_]+:\?[^}]*\}`)
 	out := map[string]string{}
 	for k, v := range env {
-		out[k] = subst.ReplaceAllString(fmt.Sprint(v), "$1")
+		out[k] = required.ReplaceAllString(def.ReplaceAllString(fmt.Sprint(v), "$1"), "")
 	}
 	return out
 }
