@@ -259,6 +259,8 @@ func TestExhaustedNotificationDoesNotLoop(t *testing.T) {
 	watcher := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
 	hook := s.fastHook(bad.URL, map[string]any{"events": []string{"order.*"}})
 	watch := s.fastHook(watcher.URL, map[string]any{"events": []string{"webhook.*"}})
+	catchAll := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	s.fastHook(catchAll.URL, nil) // "*": every event of the tenant, but no notification
 
 	orig := s.deliveryOf(s.publish("order.created", map[string]any{"id": 9}))
 	s.waitStatus(orig, "exhausted", 15*time.Second)
@@ -282,6 +284,7 @@ func TestExhaustedNotificationDoesNotLoop(t *testing.T) {
 	require.Equal(t, 1, s.count(`SELECT count(*) FROM events WHERE event_type LIKE 'webhook.%'`))
 	require.Len(t, watcher.requests(), 1)
 	require.Len(t, bad.requests(), 1, "a notification is never delivered to the webhook it is about")
+	require.Len(t, catchAll.requests(), 1, "a catch-all filter does not subscribe to notifications")
 
 	var e map[string]any
 	s.call("POST", "/v1/events", s.key, map[string]any{"event_type": "webhook.delivery_exhausted", "data": map[string]any{}},

@@ -73,6 +73,13 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// subscribedSQL matches the webhooks w that asked for the notification
+// ev: by a filter that names the reserved prefix itself ("webhook.*",
+// "webhook.circuit_*", ...). A catch-all "*" does not subscribe to
+// notifications.
+var subscribedSQL = `EXISTS (SELECT 1 FROM unnest(w.events) AS f
+    WHERE f LIKE '` + ReservedPrefix + `%' AND ev.event_type LIKE replace(replace(f, '_', '\_'), '*', '%'))`
+
 // recordSQL inserts the notification event and its deliveries in one
 // statement. The deliveries are not marked enqueued: the caller enqueues
 // the returned tasks, or the outbox relay does a few seconds later.
@@ -86,7 +93,7 @@ var recordSQL = `WITH ev AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
     SELECT uuidv7(), ev.tenant_id, ev.id, w.id, 'high', ev.created_at, ` + webhook.OrderKeySQL("w", "ev.event_type") + `
     FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL AND w.id <> $7
-    WHERE ` + webhook.FilterSQL("w.events", "ev.event_type") + `
+    WHERE ` + subscribedSQL + `
     RETURNING id, event_id, webhook_id
 )
 SELECT ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON true`
