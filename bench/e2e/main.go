@@ -73,9 +73,10 @@ func main() {
 		Notes: []string{
 			fmt.Sprintf("One process holds the api, %d worker(s) (%d deliveries in flight each, %d per endpoint host), a receiver answering 200 at once, and the load generator; Postgres, Redis and RabbitMQ are the local services. %d webhook(s), %d-byte payloads, %s per rate.",
 				*workers, *concurrency, *perHost, *hooks, *payload, *duration),
+			"CPU cores used: average over the run (publishing and draining) of each process group, from /proc: hookline (this process: api, worker, receiver and load generator), postgres (all its processes), rabbitmq (beam.smp), redis.",
 			"Deliveries/s: successful attempts recorded in Postgres per second from the first publish to the last recorded success. Publish-to-receipt: from the publish request's scheduled send time to the receiver reading the POST.",
 		},
-		Header: []string{"ordering", "rate/s", "published", "deliveries/s", "publish p50", "publish p99", "receipt p50", "receipt p99", "receipt p99.9", "lost", "duplicates"},
+		Header: []string{"ordering", "rate/s", "published", "deliveries/s", "publish p50", "publish p99", "receipt p50", "receipt p99", "receipt p99.9", "lost", "duplicates", "CPU cores used"},
 	}
 	for _, ordering := range strings.Split(*orderings, ",") {
 		ordering = strings.TrimSpace(ordering)
@@ -88,8 +89,10 @@ func main() {
 			if err != nil || rate <= 0 {
 				log.Fatalf("bad rate %q", r)
 			}
+			before := report.SampleCPU()
 			res := run(sys, rc, key, rate, *duration, *payload, *hooks)
-			table.Rows = append(table.Rows, append([]string{ordering}, res.row(rate)...))
+			cpu := report.CPUUse(before, report.SampleCPU())
+			table.Rows = append(table.Rows, append(append([]string{ordering}, res.row(rate)...), cpu))
 		}
 	}
 	if err := report.Emit(table, *out); err != nil {

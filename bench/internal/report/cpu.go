@@ -1,0 +1,86 @@
+package report
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100
+
+// CPUGroups names the processes whose CPU use a benchmark reports: this
+// process (hookline in-process), and the local services.
+var CPUGroups = map[string][]string{
+	"hookline": nil, // this process
+	"postgres": {"postgres"},
+	"rabbitmq": {"beam.smp"},
+	"redis":    {"redis-server"},
+}
+
+// CPUSample is the CPU time used so far by each group, read from /proc.
+type CPUSample struct {
+	At    time.Time
+	Ticks map[string]int64
+}
+
+// SampleCPU reads the CPU time of every group.
+func SampleCPU() CPUSample {
+	s := CPUSample{At: time.Now(), Ticks: map[string]int64{}}
+	s.Ticks["hookline"] = procTicks(os.Getpid())
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range pids {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSpace(string(comm))
+		for group, names := range CPUGroups {
+			for _, n := range names {
+				if name == n {
+					s.Ticks[group] += procTicks(pid)
+				}
+			}
+		}
+	}
+	return s
+}
+
+// procTicks returns utime+stime of pid (its threads included).
+func procTicks(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces; the fields after it are fixed.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st
+}
+
+// CPUUse formats the cores each group used on average between a and b,
+// as "hookline 0.92, postgres 0.71, rabbitmq 0.20, redis 0.03".
+func CPUUse(a, b CPUSample) string {
+	secs := b.At.Sub(a.At).Seconds()
+	var parts []string
+	for _, g := range []string{"hookline", "postgres", "rabbitmq", "redis"} {
+		parts = append(parts, fmt.Sprintf("%s %.2f", g, float64(b.Ticks[g]-a.Ticks[g])/clockTicks/secs))
+	}
+	return strings.Join(parts, ", ")
+}
