@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/httpapi"
+	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
@@ -80,6 +82,7 @@ func run(ctx context.Context, args []string) error {
 	events := event.NewService(deps.PG, deps.Redis, cfg.Redis.KeyPrefix, dispatcher, log)
 	checks := deps.Checks()
 	checks["rabbitmq"] = pub.Check
+	metrics.Init(metrics.Process{Name: "api", Checks: checks})
 	keys, err := secret.FromConfig(cfg.Security.SecretKeys)
 	if err != nil {
 		return err
@@ -96,6 +99,7 @@ func run(ctx context.Context, args []string) error {
 		Overrides:  breaker.NewOverrides(deps.PG),
 		Limits:     ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix),
 		Checks:     checks,
+		Console:    console.Config{DB: deps.PG},
 	})
 	if err != nil {
 		return err

@@ -29,7 +29,11 @@ func NewGauges(pool *pgxpool.Pool, conn *queue.Conn, topo queue.Topology, log *s
 	return &Gauges{pool: pool, conn: conn, topo: topo, log: log, Interval: 15 * time.Second}
 }
 
-const dlqSizeSQL = `SELECT tenant_id, count(*) FROM deliveries WHERE status = 'exhausted' GROUP BY tenant_id`
+// dlqSizeSQL counts the DLQ as GET /v1/dlq lists it: exhausted deliveries
+// not retried since (a failed retry is itself in the DLQ).
+const dlqSizeSQL = `SELECT d.tenant_id, count(*) FROM deliveries d
+WHERE d.status = 'exhausted' AND NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id)
+GROUP BY d.tenant_id`
 
 // Run refreshes the gauges until ctx ends.
 func (g *Gauges) Run(ctx context.Context) error {
