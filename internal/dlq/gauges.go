@@ -22,11 +22,13 @@ type Gauges struct {
 	topo     queue.Topology
 	log      *slog.Logger
 	Interval time.Duration
+	// seen are the tenants whose DLQ size has been exported.
+	seen map[uuid.UUID]bool
 }
 
 // NewGauges returns gauges refreshed every 15 s.
 func NewGauges(pool *pgxpool.Pool, conn *queue.Conn, topo queue.Topology, log *slog.Logger) *Gauges {
-	return &Gauges{pool: pool, conn: conn, topo: topo, log: log, Interval: 15 * time.Second}
+	return &Gauges{pool: pool, conn: conn, topo: topo, log: log, Interval: 15 * time.Second, seen: map[uuid.UUID]bool{}}
 }
 
 // dlqSizeSQL counts the DLQ as GET /v1/dlq lists it: exhausted deliveries
@@ -71,9 +73,19 @@ func (g *Gauges) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("count exhausted deliveries: %w", err)
 	}
-	metrics.DLQDeliveries.Reset()
+	// A tenant whose DLQ emptied keeps its series, at zero.
+	now := map[uuid.UUID]bool{}
 	for _, c := range counts {
 		metrics.DLQDeliveries.WithLabelValues(c.tenant.String()).Set(float64(c.n))
+		now[c.tenant] = true
+	}
+	for t := range g.seen {
+		if !now[t] {
+			metrics.DLQDeliveries.WithLabelValues(t.String()).Set(0)
+		}
+	}
+	for t := range now {
+		g.seen[t] = true
 	}
 	return nil
 }

@@ -96,6 +96,12 @@ func TestDashboardAndAlertMetricsAreExported(t *testing.T) {
 	waitFor(t, 60*time.Second, dlq, func() bool { return okHits.Load() >= each && dlqCount() == each },
 		"the order events to be delivered and the user events to be recorded in the DLQ")
 
+	// The DLQ size gauge (refreshed every 15 s) shows the dead letters
+	// before they are retried.
+	waitFor(t, 45*time.Second, dlq, func() bool {
+		return metricstest.Has(metricstest.Families(scrape(t, "http://"+dlqAddr+"/metrics")), "hookline_dlq_deliveries")
+	}, "the DLQ size gauge")
+
 	// The endpoint recovers; a batch retries its dead letters.
 	failing.Store(false)
 	batch := postJSON(t, base+"/v1/dlq/retry-batch", key,

@@ -94,11 +94,19 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// smallPools is the config file every process of these tests starts with
+// unless a test names its own: default settings but a small database pool,
+// so that the processes of parallel tests stay well under Postgres's
+// connection limit.
+const smallPools = "database:\n  max_conns: 8\n"
+
 func start(t *testing.T, name string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary(t, name))
 	cmd.Dir = t.TempDir() // no config/hookline.yaml here: defaults plus env only
-	cmd.Env = append(os.Environ(), append([]string{"HOOKLINE_CONFIG=", "ADMIN_TOKEN=process-test-token"}, env...)...)
+	cfg := filepath.Join(cmd.Dir, "small-pools.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(smallPools), 0o600))
+	cmd.Env = append(os.Environ(), append([]string{"HOOKLINE_CONFIG=" + cfg, "ADMIN_TOKEN=process-test-token"}, env...)...)
 	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	require.NoError(t, cmd.Start())
@@ -458,7 +466,7 @@ FROM ev, webhooks w`, n)
 	startWorker(t, dbURL, topo)
 
 	cfgFile := filepath.Join(t.TempDir(), "dlq.yaml")
-	require.NoError(t, os.WriteFile(cfgFile, []byte("dlq:\n  batch_claim_timeout: 2s\n"), 0o600))
+	require.NoError(t, os.WriteFile(cfgFile, []byte(smallPools+"dlq:\n  batch_claim_timeout: 2s\n"), 0o600))
 	startDLQ := func() *proc {
 		addr := freeAddr(t)
 		p := start(t, "dlq", "DATABASE_URL="+dbURL, "METRICS_ADDR="+addr, "AMQP_PREFIX="+topo.Prefix, "HOOKLINE_CONFIG="+cfgFile)
