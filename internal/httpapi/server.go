@@ -16,6 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
@@ -46,6 +47,7 @@ type Server struct {
 	limitsDownUntil atomic.Int64
 	rules           webhook.Rules
 	checks          health.Checks
+	console         *console.Console
 	now             func() time.Time
 }
 
@@ -65,6 +67,9 @@ type Deps struct {
 	Overrides *breaker.Overrides
 	Limits    *ratelimit.Limiter
 	Checks    health.Checks
+	// Console configures the operator console under /console; it is served
+	// when Console.DB is set.
+	Console console.Config
 }
 
 // New returns a Server; Handler builds its routes.
@@ -97,6 +102,11 @@ func New(d Deps) (*Server, error) {
 	}
 	if ttl := d.Config.API.AuthCacheTTL.D(); ttl > 0 {
 		s.auth = tenant.NewCachedAuth(d.Tenants, ttl)
+	}
+	if d.Console.DB != nil {
+		s.console = console.New(d.Console, console.Deps{Log: d.Log, Tenants: d.Tenants, Auth: s.auth,
+			Webhooks: d.Webhooks, Events: d.Events, Deliveries: d.Deliveries, DLQ: d.DLQ, Breaker: d.Breaker,
+			Overrides: d.Overrides, AdminToken: d.Config.API.AdminToken})
 	}
 	return s, nil
 }
@@ -155,6 +165,9 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/dlq/batch-operations", s.listBatches)
 	v1.GET("/dlq/batch-operations/:id", s.getBatch)
 	v1.POST("/dlq/batch-operations/:id/cancel", s.cancelBatch)
+	if s.console != nil {
+		s.console.Register(r.Group("/console"))
+	}
 	return r
 }
 

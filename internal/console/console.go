@@ -1,0 +1,168 @@
+// Package console is the operator console served by the api under
+// /console: server-rendered HTML pages (html/template, stylesheet embedded,
+// no JavaScript) to look at webhooks and their delivery history, retry and
+// replay, override circuit breakers, run DLQ batch retries and read the
+// audit log.
+//
+// The console holds no business logic of its own: every action calls the
+// store the REST API calls (dlq.Store, event.Service, breaker.Overrides)
+// and writes the same audit row. Its only SQL is a handful of read queries
+// the stores do not offer (newest-first history, per-webhook summaries);
+// they live in queries.go.
+//
+// Sign-in takes a tenant API key. The session is a cookie signed with
+// HMAC-SHA256 that names the key (never the key itself) and an expiry, so
+// that any api process accepts it; every request checks again that the key
+// is neither revoked nor expired. Every form carries a CSRF token derived
+// from the session.
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/audit"
+	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/dlq"
+	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// Config configures the console.
+type Config struct {
+	// DB runs the console's read queries. The api serves the console only
+	// when it is set.
+	DB *pgxpool.Pool
+	// SessionKey signs session cookies and CSRF tokens; every api process
+	// must have the same one. Default: derived from the admin token, so
+	// that processes sharing a configuration agree (changing the admin
+	// token signs every operator out).
+	SessionKey []byte
+	// SessionTTL is how long a sign-in lasts (never past the key's own
+	// expiry). Default 12h.
+	SessionTTL time.Duration
+	// SecureCookies marks cookies Secure on every request. By default they
+	// are Secure when the request came over TLS or through a proxy that
+	// says so (X-Forwarded-Proto: https); set this when a TLS-terminating
+	// proxy does not send that header.
+	SecureCookies bool
+}
+
+// Authenticator checks a tenant API key (tenant.Store, or the api's cache
+// in front of it).
+type Authenticator interface {
+	Authenticate(ctx context.Context, key string) (tenant.Principal, error)
+}
+
+// Deps are the stores the console calls: the same ones as the REST API.
+type Deps struct {
+	Log        *slog.Logger
+	Tenants    *tenant.Store
+	Auth       Authenticator
+	Webhooks   *webhook.Store
+	Events     *event.Service
+	Deliveries *delivery.Reader
+	DLQ        *dlq.Store
+	Breaker    *breaker.Breaker
+	Overrides  *breaker.Overrides
+	// AdminToken seeds the session key when Config.SessionKey is empty.
+	AdminToken string
+}
+
+// Console serves the pages; Register mounts them.
+type Console struct {
+	cfg        Config
+	log        *slog.Logger
+	db         *pgxpool.Pool
+	tenants    *tenant.Store
+	auth       Authenticator
+	auditLog   *audit.Store
+	webhooks   *webhook.Store
+	events     *event.Service
+	deliveries *delivery.Reader
+	dlq        *dlq.Store
+	breaker    *breaker.Breaker
+	overrides  *breaker.Overrides
+	key        []byte
+	pages      pages
+	now        func() time.Time
+}
+
+// defaultSessionTTL is how long a sign-in lasts by default.
+const defaultSessionTTL = 12 * time.Hour
+
+// New returns a Console on cfg.DB and the stores of d.
+func New(cfg Config, d Deps) *Console {
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = defaultSessionTTL
+	}
+	key := cfg.SessionKey
+	if len(key) == 0 {
+		m := hmac.New(sha256.New, []byte(d.AdminToken))
+		m.Write([]byte("hookline console session key v1"))
+		key = m.Sum(nil)
+	}
+	c := &Console{cfg: cfg, log: d.Log, db: cfg.DB, tenants: d.Tenants, auth: d.Auth, auditLog: d.Tenants.AuditLog(),
+		webhooks: d.Webhooks, events: d.Events, deliveries: d.Deliveries, dlq: d.DLQ, breaker: d.Breaker,
+		overrides: d.Overrides, key: key, now: time.Now}
+	c.pages = parsePages(c.funcs())
+	return c
+}
+
+// Register mounts the console's routes on g (the /console group).
+func (c *Console) Register(g *gin.RouterGroup) {
+	g.Use(securityHeaders)
+	g.GET("/static/console.css", serveStylesheet)
+	g.GET("/sign-in", c.signInPage)
+	g.POST("/sign-in", c.signIn)
+
+	s := g.Group("", c.requireSession)
+	s.GET("", func(ctx *gin.Context) { ctx.Redirect(http.StatusSeeOther, "/console/webhooks") })
+	s.POST("/sign-out", c.signOut)
+	s.GET("/webhooks", c.webhooksPage)
+	s.GET("/webhooks/:id", c.webhookPage)
+	s.POST("/webhooks/:id/circuit-breaker", c.overrideCircuit)
+	s.GET("/deliveries/:id", c.deliveryPage)
+	s.POST("/deliveries/:id/retry", c.retryDelivery)
+	s.POST("/events/:id/replay", c.replayEvent)
+	s.GET("/dlq", c.dlqPage)
+	s.POST("/dlq/batches", c.createBatch)
+	s.POST("/dlq/batches/:id/cancel", c.cancelBatch)
+	s.GET("/audit", c.auditPage)
+}
+
+// securityHeaders keeps the pages out of caches and frames, and allows
+// nothing but the console's own stylesheet to load: the pages run no
+// script at all.
+func securityHeaders(c *gin.Context) {
+	h := c.Writer.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	c.Next()
+}
+
+// recordAudit writes the audit row of an action whose store call
+// committed on its own, as the REST API does; the action has happened, so
+// a failure to record it is logged, not shown.
+func (c *Console) recordAudit(ctx *gin.Context, action, targetType, targetID string, details map[string]any) {
+	if details == nil {
+		details = map[string]any{}
+	}
+	details["via"] = "console"
+	s := session(ctx)
+	if err := c.auditLog.Record(ctx.Request.Context(), s.TenantID, action, targetType, targetID, details); err != nil {
+		c.log.Error("audit record failed", "action", action, "target_id", targetID, "error", err)
+	}
+}

@@ -1,0 +1,208 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookline/hookline/internal/delivery"
+)
+
+// The console's own read queries: views the stores do not offer. Each one
+// is bounded by an index (named beside it) so that a page stays fast on a
+// webhook with a long history; none counts a webhook's whole history.
+
+const historyColumns = `d.id, d.event_id, d.webhook_id, e.event_type, d.status, d.priority, d.attempt_count,
+    d.postponed_count, d.last_status_code, d.last_error, d.failure_category, d.next_attempt_at, d.retry_of,
+    d.created_at, d.updated_at, d.completed_at`
+
+// historyFilter selects a page of a webhook's deliveries, newest first.
+type historyFilter struct {
+	Before    *uuid.UUID
+	Status    string
+	EventType string
+	From, To  *time.Time
+	Limit     int
+}
+
+// idSlack widens the id bounds derived from a time filter: delivery ids are
+// UUIDv7 taken at insert time, close to but not exactly created_at.
+const idSlack = time.Hour
+
+// historySQL builds the newest-first page query. It walks
+// deliveries_webhook_idx (webhook_id, id) backwards from the cursor; a time
+// filter also bounds the id range, so that the walk stops at its edge. The
+// status is a literal (validated against deliveryStates) so that the
+// planner may use the partial index of exhausted deliveries.
+func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.NamedArgs) {
+	where := []string{"d.webhook_id = @webhook_id", "d.tenant_id = @tenant_id"}
+	args := pgx.NamedArgs{"webhook_id": webhookID, "tenant_id": tenantID, "limit": f.Limit}
+	if f.Before != nil {
+		where = append(where, "d.id < @before")
+		args["before"] = *f.Before
+	}
+	if deliveryStates[f.Status] {
+		where = append(where, "d.status = '"+f.Status+"'")
+	}
+	if f.EventType != "" {
+		where = append(where, "e.event_type = @event_type")
+		args["event_type"] = f.EventType
+	}
+	if f.From != nil {
+		where = append(where, "d.created_at >= @from", "d.id >= @from_id")
+		args["from"], args["from_id"] = *f.From, idAt(f.From.Add(-idSlack))
+	}
+	if f.To != nil {
+		where = append(where, "d.created_at < @to", "d.id < @to_id")
+		args["to"], args["to_id"] = *f.To, idAt(f.To.Add(idSlack))
+	}
+	sql := `SELECT ` + historyColumns + `
+FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE ` + strings.Join(where, " AND ") + `
+ORDER BY d.id DESC
+LIMIT @limit`
+	return sql, args
+}
+
+// idAt is the smallest UUIDv7 of the millisecond t.
+func idAt(t time.Time) uuid.UUID {
+	var id uuid.UUID
+	ms := uint64(t.UnixMilli())
+	for i := 0; i < 6; i++ {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	id[6] = 0x70
+	id[8] = 0x80
+	return id
+}
+
+var deliveryStates = map[string]bool{"pending": true, "retrying": true, "succeeded": true, "exhausted": true, "cancelled": true}
+
+// history returns a page of a webhook's deliveries, newest first.
+func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]delivery.Delivery, error) {
+	sql, args := historySQL(tenantID, webhookID, f)
+	rows, err := c.db.Query(ctx, sql, args)
+	if err != nil {
+		return nil, fmt.Errorf("delivery history: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (delivery.Delivery, error) {
+		var d delivery.Delivery
+		err := row.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
+			&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
+			&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delivery history: %w", err)
+	}
+	return out, nil
+}
+
+// lastAttempt is a webhook's most recent attempt.
+type lastAttempt struct {
+	StatusCode *int
+	Error      *string
+	At         time.Time
+}
+
+// summary is what the webhooks page shows of each webhook's recent record.
+type summary struct {
+	Last *lastAttempt
+	// Attempts and Successes over the last 24 hours.
+	Attempts, Successes int
+}
+
+const (
+	// One index probe per webhook and attempt partition:
+	// delivery_attempts_webhook_idx (webhook_id, executed_at), newest first.
+	lastAttemptsSQL = `SELECT w.id, a.status_code, a.error, a.executed_at
+FROM unnest(@webhook_ids::uuid[]) AS w(id)
+CROSS JOIN LATERAL (
+    SELECT status_code, error, executed_at FROM delivery_attempts
+    WHERE webhook_id = w.id AND tenant_id = @tenant_id
+    ORDER BY executed_at DESC LIMIT 1) a`
+	// A range of delivery_attempts_webhook_idx: the last 24 hours only.
+	recentAttemptsSQL = `SELECT webhook_id, count(*), count(*) FILTER (WHERE status_code BETWEEN 200 AND 299)
+FROM delivery_attempts
+WHERE webhook_id = ANY(@webhook_ids::uuid[]) AND tenant_id = @tenant_id AND executed_at >= @since
+GROUP BY webhook_id`
+)
+
+// summaries reads the last attempt and the 24-hour attempt counts of the
+// webhooks ids.
+func (c *Console) summaries(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID) (map[uuid.UUID]*summary, error) {
+	out := make(map[uuid.UUID]*summary, len(ids))
+	for _, id := range ids {
+		out[id] = &summary{}
+	}
+	args := pgx.NamedArgs{"webhook_ids": ids, "tenant_id": tenantID, "since": c.now().Add(-24 * time.Hour)}
+	rows, err := c.db.Query(ctx, lastAttemptsSQL, args)
+	if err != nil {
+		return nil, fmt.Errorf("last attempts: %w", err)
+	}
+	var id uuid.UUID
+	var la lastAttempt
+	if _, err := pgx.ForEachRow(rows, []any{&id, &la.StatusCode, &la.Error, &la.At}, func() error {
+		l := la
+		out[id].Last = &l
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("last attempts: %w", err)
+	}
+	rows, err = c.db.Query(ctx, recentAttemptsSQL, args)
+	if err != nil {
+		return nil, fmt.Errorf("recent attempts: %w", err)
+	}
+	var n, ok int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n, &ok}, func() error {
+		out[id].Attempts, out[id].Successes = n, ok
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("recent attempts: %w", err)
+	}
+	return out, nil
+}
+
+// exhaustedHook is a webhook with deliveries exhausted recently and not
+// retried since.
+type exhaustedHook struct {
+	WebhookID uuid.UUID
+	URL       string
+	Count     int
+	Latest    time.Time
+}
+
+// exhaustedSQL groups the DLQ entries a DeadLetterFilter selects (the
+// definition the DLQ itself uses) by live webhook. It reads the tenant's
+// entries through deliveries_exhausted_idx (tenant_id, id).
+const exhaustedSQL = `SELECT d.webhook_id, w.url, count(*), max(d.completed_at)
+FROM deliveries d JOIN events e ON e.id = d.event_id
+JOIN webhooks w ON w.id = d.webhook_id AND w.deleted_at IS NULL
+WHERE ` + delivery.DeadLetterWhere + ` AND ` + delivery.NotRetried + `
+GROUP BY d.webhook_id, w.url
+ORDER BY max(d.completed_at) DESC
+LIMIT 20`
+
+// recentlyExhausted lists the webhooks with deliveries exhausted in the
+// last 24 hours that nobody retried yet.
+func (c *Console) recentlyExhausted(ctx context.Context, tenantID uuid.UUID) ([]exhaustedHook, error) {
+	since := c.now().Add(-24 * time.Hour)
+	f := delivery.DeadLetterFilter{From: &since}
+	rows, err := c.db.Query(ctx, exhaustedSQL, f.Args(tenantID))
+	if err != nil {
+		return nil, fmt.Errorf("recently exhausted: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (exhaustedHook, error) {
+		var h exhaustedHook
+		err := row.Scan(&h.WebhookID, &h.URL, &h.Count, &h.Latest)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recently exhausted: %w", err)
+	}
+	return out, nil
+}

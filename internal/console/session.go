@@ -1,0 +1,281 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/hookline/hookline/internal/audit"
+	"github.com/hookline/hookline/internal/tenant"
+)
+
+const (
+	sessionCookie = "hookline_console"
+	// signInCookie holds a random nonce between the sign-in page and its
+	// form post, so that the sign-in form has a CSRF token too.
+	signInCookie = "hookline_console_signin"
+	cookiePath   = "/console"
+	sessionCtx   = "console_session"
+	// maxFormBytes bounds every form post.
+	maxFormBytes = 64 << 10
+	// actionSignedIn is the audit action of a console sign-in.
+	actionSignedIn = "console.signed_in"
+)
+
+// Session is who is signed in: a tenant API key, checked again on every
+// request.
+type Session struct {
+	TenantID   uuid.UUID
+	TenantName string
+	KeyID      uuid.UUID
+	KeyName    string
+	KeyPrefix  string
+	Expires    time.Time
+	nonce      [16]byte
+}
+
+// sessionLen is the length of a session cookie's payload: version, key id,
+// tenant id, expiry (unix seconds), nonce.
+const sessionLen = 1 + 16 + 16 + 8 + 16
+
+func (c *Console) mac(label string, data []byte) []byte {
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte(label))
+	m.Write(data)
+	return m.Sum(nil)
+}
+
+// encodeSession returns the cookie value of s: payload and MAC, base64.
+func (c *Console) encodeSession(s Session) string {
+	b := make([]byte, 0, sessionLen+sha256.Size)
+	b = append(b, 1)
+	b = append(b, s.KeyID[:]...)
+	b = append(b, s.TenantID[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(s.Expires.Unix()))
+	b = append(b, s.nonce[:]...)
+	b = append(b, c.mac("session", b)...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+var errBadSession = errors.New("invalid session")
+
+// decodeSession checks the MAC and expiry of a cookie value.
+func (c *Console) decodeSession(v string) (Session, error) {
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || len(b) != sessionLen+sha256.Size || b[0] != 1 {
+		return Session{}, errBadSession
+	}
+	payload, sum := b[:sessionLen], b[sessionLen:]
+	if !hmac.Equal(sum, c.mac("session", payload)) {
+		return Session{}, errBadSession
+	}
+	var s Session
+	copy(s.KeyID[:], payload[1:17])
+	copy(s.TenantID[:], payload[17:33])
+	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[33:41])), 0)
+	copy(s.nonce[:], payload[41:57])
+	if !c.now().Before(s.Expires) {
+		return Session{}, errBadSession
+	}
+	return s, nil
+}
+
+// csrfToken is the token every form of session s carries.
+func (c *Console) csrfToken(s Session) string {
+	return base64.RawURLEncoding.EncodeToString(c.mac("csrf", s.nonce[:]))
+}
+
+func (c *Console) validCSRF(token string, label string, nonce []byte) bool {
+	want := base64.RawURLEncoding.EncodeToString(c.mac(label, nonce))
+	return hmac.Equal([]byte(token), []byte(want))
+}
+
+// secure reports whether cookies set in answer to r must be Secure.
+func (c *Console) secure(r *http.Request) bool {
+	return c.cfg.SecureCookies || r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+func (c *Console) setCookie(ctx *gin.Context, name, value string, maxAge int) {
+	http.SetCookie(ctx.Writer, &http.Cookie{Name: name, Value: value, Path: cookiePath, MaxAge: maxAge,
+		Secure: c.secure(ctx.Request), HttpOnly: true, SameSite: http.SameSiteStrictMode})
+}
+
+// keyActive asks the tenant store whether the session's key still works,
+// and returns it. ListKeys pages by id, so listing one key after the id
+// just below the session's finds exactly that key.
+func (c *Console) keyActive(ctx *gin.Context, s Session) (tenant.Key, bool, error) {
+	prev := s.KeyID
+	for i := len(prev) - 1; i >= 0; i-- {
+		if prev[i] > 0 {
+			prev[i]--
+			break
+		}
+		prev[i] = 0xff
+	}
+	keys, err := c.tenants.ListKeys(ctx.Request.Context(), s.TenantID, &prev, 1)
+	if err != nil || len(keys) == 0 || keys[0].ID != s.KeyID {
+		return tenant.Key{}, false, err
+	}
+	k := keys[0]
+	if k.RevokedAt != nil || (k.ExpiresAt != nil && !c.now().Before(*k.ExpiresAt)) {
+		return tenant.Key{}, false, nil
+	}
+	return k, true, nil
+}
+
+// requireSession lets through requests with a valid session on a key that
+// still works, and form posts only with that session's CSRF token. Without
+// a session it sends the browser to the sign-in page.
+func (c *Console) requireSession(ctx *gin.Context) {
+	s, err := c.sessionOf(ctx)
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	if s == nil {
+		c.setCookie(ctx, sessionCookie, "", -1)
+		next := ""
+		if ctx.Request.Method == http.MethodGet {
+			next = "?next=" + url.QueryEscape(ctx.Request.URL.RequestURI())
+		}
+		ctx.Redirect(http.StatusSeeOther, "/console/sign-in"+next)
+		ctx.Abort()
+		return
+	}
+	if ctx.Request.Method == http.MethodPost {
+		ctx.Request.Body = http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxFormBytes)
+		if !c.validCSRF(ctx.PostForm("csrf"), "csrf", s.nonce[:]) {
+			c.renderError(ctx, http.StatusForbidden, "This form was not sent by your console session (or it has expired). Reload the page and try again.")
+			ctx.Abort()
+			return
+		}
+	}
+	ctx.Set(sessionCtx, *s)
+	a := audit.Actor{KeyID: &s.KeyID, RemoteAddr: ctx.RemoteIP()}
+	ctx.Request = ctx.Request.WithContext(audit.WithActor(ctx.Request.Context(), a))
+	ctx.Next()
+}
+
+// sessionOf returns the request's session, nil when there is none or its
+// key stopped working.
+func (c *Console) sessionOf(ctx *gin.Context) (*Session, error) {
+	v, err := ctx.Cookie(sessionCookie)
+	if err != nil || v == "" {
+		return nil, nil
+	}
+	s, err := c.decodeSession(v)
+	if err != nil {
+		return nil, nil
+	}
+	k, ok, err := c.keyActive(ctx, s)
+	if err != nil || !ok {
+		return nil, err
+	}
+	t, err := c.tenants.Get(ctx.Request.Context(), s.TenantID)
+	if errors.Is(err, tenant.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.TenantName, s.KeyName, s.KeyPrefix = t.Name, k.Name, k.Prefix
+	return &s, nil
+}
+
+func session(ctx *gin.Context) Session { return ctx.MustGet(sessionCtx).(Session) }
+
+func randomNonce() [16]byte {
+	var n [16]byte
+	if _, err := rand.Read(n[:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return n
+}
+
+// signInNonce returns the nonce of the sign-in cookie, setting a new one
+// when the browser has none.
+func (c *Console) signInNonce(ctx *gin.Context) []byte {
+	if v, err := ctx.Cookie(signInCookie); err == nil {
+		if b, err := base64.RawURLEncoding.DecodeString(v); err == nil && len(b) == 16 {
+			return b
+		}
+	}
+	n := randomNonce()
+	c.setCookie(ctx, signInCookie, base64.RawURLEncoding.EncodeToString(n[:]), 3600)
+	return n[:]
+}
+
+type signInData struct {
+	base
+	Next string
+}
+
+// safeNext keeps a post-sign-in destination only if it is a console page.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/console/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/console/webhooks"
+	}
+	return next
+}
+
+func (c *Console) signInPage(ctx *gin.Context) {
+	nonce := c.signInNonce(ctx)
+	d := signInData{Next: safeNext(ctx.Query("next"))}
+	d.CSRF = base64.RawURLEncoding.EncodeToString(c.mac("sign-in", nonce))
+	d.Title = "Sign in"
+	if ctx.Query("ended") != "" {
+		d.Notice = "Your session ended. Sign in again."
+	}
+	c.render(ctx, http.StatusOK, "signin", &d)
+}
+
+// signIn checks the API key of the sign-in form and starts a session.
+func (c *Console) signIn(ctx *gin.Context) {
+	ctx.Request.Body = http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxFormBytes)
+	d := signInData{Next: safeNext(ctx.PostForm("next"))}
+	d.Title = "Sign in"
+	v, err := ctx.Cookie(signInCookie)
+	nonce, derr := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || derr != nil || len(nonce) != 16 || !c.validCSRF(ctx.PostForm("csrf"), "sign-in", nonce) {
+		c.renderError(ctx, http.StatusForbidden, "The sign-in form expired or did not come from this console. Reload the sign-in page and try again.")
+		return
+	}
+	d.CSRF = ctx.PostForm("csrf")
+	p, err := c.auth.Authenticate(ctx.Request.Context(), strings.TrimSpace(ctx.PostForm("api_key")))
+	if errors.Is(err, tenant.ErrUnauthorized) {
+		d.Error = "That API key is not valid: it may be mistyped, revoked or expired."
+		c.render(ctx, http.StatusUnauthorized, "signin", &d)
+		return
+	}
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	s := Session{TenantID: p.TenantID, KeyID: p.KeyID, Expires: c.now().Add(c.cfg.SessionTTL), nonce: randomNonce()}
+	if p.ExpiresAt != nil && p.ExpiresAt.Before(s.Expires) {
+		s.Expires = *p.ExpiresAt
+	}
+	c.setCookie(ctx, sessionCookie, c.encodeSession(s), int(time.Until(s.Expires).Seconds()))
+	c.setCookie(ctx, signInCookie, "", -1)
+	actx := audit.WithActor(ctx.Request.Context(), audit.Actor{KeyID: &p.KeyID, RemoteAddr: ctx.RemoteIP()})
+	if err := c.auditLog.Record(actx, p.TenantID, actionSignedIn, "api_key", p.KeyID.String(), map[string]any{"via": "console"}); err != nil {
+		c.log.Error("audit record failed", "action", actionSignedIn, "error", err)
+	}
+	ctx.Redirect(http.StatusSeeOther, d.Next)
+}
+
+// signOut forgets the session in this browser.
+func (c *Console) signOut(ctx *gin.Context) {
+	c.setCookie(ctx, sessionCookie, "", -1)
+	ctx.Redirect(http.StatusSeeOther, "/console/sign-in")
+}
