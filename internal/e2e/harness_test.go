@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,11 +51,21 @@ type system struct {
 	key      string
 	tenantID uuid.UUID
 	pgTap    *testproxy.Proxy // between the worker and Postgres
+	// The pools of the api, the worker and the dlq parts: pool itself
+	// (the worker's through pgTap) unless roles.
+	apiPool, workerPool, dlqPool *pgxpool.Pool
 }
 
 type options struct {
 	allowPrivate bool
 	workers      int
+	// roles connects the api, the worker and the dlq parts each under its
+	// own database role (hookline_api, hookline_worker, hookline_dlq), as
+	// a deployment with per-process database URLs does; pool stays the
+	// owner's, for the tests' own queries.
+	roles bool
+	// log receives every part's logs; discarded when nil.
+	log *slog.Logger
 }
 
 func newSystem(t *testing.T, opts ...func(*options)) *system {
@@ -66,30 +77,42 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	ctx := context.Background()
 	dbURL := dbtest.NewURL(t, true)
 	pool := openPool(t, dbURL)
+	apiPool, dlqPool := pool, pool
+	if o.roles {
+		apiPool, dlqPool = openPool(t, asRole(t, dbURL, "hookline_api")), openPool(t, asRole(t, dbURL, "hookline_dlq"))
+		dbURL = asRole(t, dbURL, "hookline_worker")
+	}
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	tap := testproxy.New(t, u.Host)
 	u.Host = tap.Addr
 	workerPool := openPool(t, u.String())
 
-	log := slog.New(slog.DiscardHandler)
+	log := o.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	topo := queuetest.NewTopology(t)
 	conn := queue.NewConn(queuetest.URL(), log)
 	pub := queue.NewPublisher(conn, topo, 2)
-	dispatcher := outbox.NewDispatcher(pool, pub, log)
-	relay := outbox.NewRelay(pool, pub, log)
+	dispatcher := outbox.NewDispatcher(apiPool, pub, log)
+	dlqDispatcher := dispatcher
+	if o.roles {
+		dlqDispatcher = outbox.NewDispatcher(dlqPool, pub, log)
+	}
+	relay := outbox.NewRelay(apiPool, pub, log)
 	relay.Age, relay.Interval = 5*time.Second, 200*time.Millisecond
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	redisPrefix := redistest.Prefix(t)
-	events := event.NewService(pool, rdb, redisPrefix, dispatcher, log)
+	events := event.NewService(apiPool, rdb, redisPrefix, dispatcher, log)
 
 	cfg := config.Default()
 	cfg.API.AdminToken = adminToken
 	cfg.Network.AllowPrivateNetworks = true
-	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool), DLQ: dlq.NewStore(pool, dispatcher), Checks: health.Checks{},
-		Breaker: breaker.New(rdb, redisPrefix), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, redisPrefix)})
+	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(apiPool),
+		Webhooks: webhook.NewStore(apiPool), Events: events, Deliveries: delivery.NewReader(apiPool), DLQ: dlq.NewStore(apiPool, dispatcher), Checks: health.Checks{},
+		Breaker: breaker.New(rdb, redisPrefix), Overrides: breaker.NewOverrides(apiPool), Limits: ratelimit.New(rdb, redisPrefix)})
 	require.NoError(t, err)
 	api := httptest.NewServer(srv.Handler())
 	t.Cleanup(api.Close)
@@ -100,22 +123,27 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	worker := delivery.NewWorker(workerPool, sender, guard, pub, log)
 	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: o.workers, Grace: time.Second}, worker.Handle)
 	recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8, Concurrency: 2, Grace: time.Second},
-		dlq.NewRecorder(pool, dispatcher, log).Handle)
+		dlq.NewRecorder(dlqPool, dlqDispatcher, log).Handle)
 
-	batches := dlq.NewRunner(pool, dispatcher, log, 2, 2*time.Second)
+	batches := dlq.NewRunner(dlqPool, dlqDispatcher, log, 2, 2*time.Second)
 	batches.Poll = 100 * time.Millisecond
 
 	bg, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run, recorder.Run,
-		batches.Run, func(ctx context.Context) error { return worker.Serve(ctx, consumer.Run) }} {
+	parts := []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run, recorder.Run,
+		batches.Run, func(ctx context.Context) error { return worker.Serve(ctx, consumer.Run) }}
+	if dlqDispatcher != dispatcher {
+		parts = append(parts, dlqDispatcher.Run)
+	}
+	for _, run := range parts {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(bg) }()
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	queuetest.WaitConnected(t, conn)
 
-	s := &system{t: t, pool: pool, api: api, topo: topo, pgTap: tap}
+	s := &system{t: t, pool: pool, api: api, topo: topo, pgTap: tap,
+		apiPool: apiPool, workerPool: workerPool, dlqPool: dlqPool}
 	var tn map[string]any
 	s.call("POST", "/v1/tenants", adminToken, map[string]any{"name": "e2e"}, http.StatusCreated, &tn)
 	s.key = tn["api_key"].(string)
@@ -129,6 +157,20 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// asRole is the database URL dbURL connecting under role: the session
+// takes the role at connection start, and every privilege check is the
+// role's.
+func asRole(t *testing.T, dbURL, role string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("options", "-c role="+role)
+	// pgx does not read "+" in a query string as a space.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
 }
 
 func (s *system) call(method, path, token string, body any, status int, out any) {

@@ -97,7 +97,7 @@ func (j *Job) dropPartition(ctx context.Context, p partition, rep *Report) error
 		}
 		copied += tag.RowsAffected()
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(dropPartitionSQL, p.name)); err != nil {
+	if _, err := tx.Exec(ctx, dropPartitionSQL, p.name); err != nil {
 		return fmt.Errorf("drop partition %s: %w", p.name, lockError(err))
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -142,9 +142,11 @@ ON CONFLICT (delivery_id, attempt_number) DO NOTHING`
 	// (they all go through the parent), in the order that DROP takes its
 	// locks (parent, then partition), so that nothing deadlocks with it.
 	lockAttemptsSQL = `LOCK TABLE ONLY delivery_attempts IN ACCESS EXCLUSIVE MODE`
-
-	dropPartitionSQL = `DROP TABLE %s`
 )
+
+// dropPartitionSQL drops the partition $1 through the definer function of
+// the migrations: the dlq process's role does not own the attempt log.
+const dropPartitionSQL = `SELECT drop_attempt_partition($1::regclass)`
 
 const prefixedAttemptColumns = `a.delivery_id, a.delivery_created_at, a.attempt_number, a.tenant_id, a.webhook_id,
     a.status_code, a.failure_category, a.error, a.duration_ms, a.response_headers, a.response_body_sample,

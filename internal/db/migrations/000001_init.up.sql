@@ -178,8 +178,12 @@ CREATE TABLE delivery_attempts_default PARTITION OF delivery_attempts DEFAULT;
 
 -- ensure_attempt_partitions creates the daily partitions from today minus
 -- one day to today plus days_ahead. Safe to call concurrently and repeatedly.
+-- Every process calls it, under its own role: it runs as the owner of the
+-- schema (SECURITY DEFINER, search path fixed below), and lets the dlq
+-- role read each new partition, which retention copies from before it
+-- drops it.
 CREATE FUNCTION ensure_attempt_partitions(days_ahead integer) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     d date;
     name text;
@@ -195,10 +199,10 @@ BEGIN
             EXECUTE format(
                 'CREATE TABLE %I PARTITION OF delivery_attempts FOR VALUES FROM (%L) TO (%L)',
                 name, d::timestamptz, (d + 1)::timestamptz);
+            EXECUTE format('GRANT SELECT ON %I TO hookline_dlq', name);
         END IF;
     END LOOP;
 END $$;
-SELECT ensure_attempt_partitions(14);
 
 -- Circuit breaker state as last seen, persisted on every transition, and
 -- operator overrides. Redis holds the live state; this is the fallback and
@@ -277,3 +281,88 @@ CREATE TABLE audit_log (
     at            timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX audit_log_tenant_idx ON audit_log (tenant_id, id);
+
+-- Least-privilege roles, one per process (docs/SECURITY.md). The migration
+-- runs as the owner of the schema; each process may connect as its own
+-- role, which can do what that process's SQL does and nothing else: no
+-- role can drop, truncate or alter a table, the worker cannot change
+-- webhooks or tenants nor read API keys, the dlq process cannot read
+-- webhook secrets, API keys or tenants, the api cannot delete anything.
+-- Roles belong to the whole cluster and may already exist (another
+-- database, or a migration of another database running at this moment);
+-- grants belong to this database. No password is set here: see
+-- docs/SECURITY.md (ALTER ROLE ... PASSWORD).
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['hookline_api', 'hookline_worker', 'hookline_dlq'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I LOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created meanwhile by the migration of another database
+            END;
+        END IF;
+    END LOOP;
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO hookline_api, hookline_worker, hookline_dlq', current_schema());
+END $$;
+
+-- api: tenants, keys and webhooks, publishing (events and their
+-- deliveries), the outbox relay, reading history and health, breaker
+-- overrides, single and batch retries, the audit log.
+GRANT SELECT, INSERT, UPDATE ON tenants, api_keys, webhooks, deliveries, circuit_breaker_states,
+    batch_operations TO hookline_api;
+GRANT SELECT, INSERT ON events, audit_log TO hookline_api;
+GRANT SELECT ON delivery_attempts, delivery_attempts_retained TO hookline_api;
+
+-- worker: loads a delivery with its event, webhook, tenant limits and
+-- persisted circuit; records attempts; moves deliveries; persists circuit
+-- transitions; records owner notifications (an event and its deliveries).
+GRANT SELECT (id, rate_limit_rpm, rate_limit_burst) ON tenants TO hookline_worker;
+GRANT SELECT ON webhooks TO hookline_worker;
+GRANT SELECT, INSERT ON events TO hookline_worker;
+GRANT SELECT, INSERT, UPDATE ON deliveries, circuit_breaker_states TO hookline_worker;
+GRANT INSERT, SELECT (delivery_id) ON delivery_attempts TO hookline_worker;
+
+-- dlq: records dead letters and owner notifications, sweeps, runs batch
+-- retries, exports gauges and runs retention, which deletes old rows and
+-- drops old attempt partitions through drop_attempt_partition (it locks the
+-- attempt log first, which takes DELETE on it). Of webhooks it reads what
+-- fan-out and batch retries need, not the secrets.
+GRANT SELECT (id, tenant_id, events, active, ordering_guarantee, deleted_at) ON webhooks TO hookline_dlq;
+GRANT SELECT, INSERT, DELETE, UPDATE (data) ON events TO hookline_dlq;
+GRANT SELECT, INSERT, UPDATE, DELETE ON deliveries TO hookline_dlq;
+GRANT SELECT, UPDATE ON batch_operations TO hookline_dlq;
+GRANT DELETE ON delivery_attempts TO hookline_dlq;
+GRANT SELECT, DELETE ON delivery_attempts_default TO hookline_dlq;
+-- (ON CONFLICT reads the key it checks.)
+GRANT INSERT, SELECT (delivery_id, attempt_number) ON delivery_attempts_retained TO hookline_dlq;
+
+-- drop_attempt_partition drops one daily partition of the attempt log, and
+-- nothing else, for retention: dropping a table takes its owner, which no
+-- process role is.
+CREATE FUNCTION drop_attempt_partition(part regclass) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                   WHERE i.inhrelid = part AND i.inhparent = 'delivery_attempts'::regclass
+                     AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT') THEN
+        RAISE EXCEPTION '% is not a daily partition of delivery_attempts', part
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    EXECUTE format('DROP TABLE %s', part);
+END $$;
+
+-- The definer functions resolve names in this schema only (a temporary
+-- table cannot stand in for one of ours), and only our roles call them.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION ensure_attempt_partitions(integer) SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION drop_attempt_partition(regclass) SET search_path = %I, pg_temp', current_schema());
+END $$;
+REVOKE EXECUTE ON FUNCTION ensure_attempt_partitions(integer), drop_attempt_partition(regclass) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ensure_attempt_partitions(integer) TO hookline_api, hookline_worker, hookline_dlq;
+GRANT EXECUTE ON FUNCTION drop_attempt_partition(regclass) TO hookline_dlq;
+
+SELECT ensure_attempt_partitions(14);

@@ -1,0 +1,284 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+)
+
+// roleCase is one statement run under a process role: allowed, or refused
+// for want of a privilege (SQLSTATE 42501, not any other failure).
+type roleCase struct {
+	sql     string
+	allowed bool
+}
+
+// roleFixture is a tenant with a key, a webhook, an event with a delivery
+// and an attempt, and an attempt partition of a day long gone, written by
+// the owner of the schema.
+type roleFixture struct {
+	tenant, key, webhook, event, delivery uuid.UUID
+	oldPartition                          string
+}
+
+func newRoleFixture(t *testing.T, pool *pgxpool.Pool) roleFixture {
+	t.Helper()
+	ctx := context.Background()
+	f := roleFixture{tenant: uuid.New(), key: uuid.New(), webhook: uuid.New(), event: uuid.New(), delivery: uuid.New(),
+		oldPartition: "delivery_attempts_20200101"}
+	for _, stmt := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, []any{f.tenant}},
+		{`INSERT INTO api_keys (id, tenant_id, prefix, key_hash) VALUES ($1, $2, 'hk_x', '\x01')`, []any{f.key, f.tenant}},
+		{`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+			VALUES ($1, $2, 'http://example.com', '{a}', 'whsec_x', '{}', '{}', '{}')`, []any{f.webhook, f.tenant}},
+		{`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+			VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, []any{f.event, f.tenant}},
+		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
+			[]any{f.delivery, f.tenant, f.event, f.webhook}},
+		{`INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, duration_ms, scheduled_at, executed_at)
+			VALUES ($1, now(), 1, $2, $3, 5, now(), now())`, []any{f.delivery, f.tenant, f.webhook}},
+		// An old day's partition, as ensure_attempt_partitions made it then.
+		{`CREATE TABLE delivery_attempts_20200101 PARTITION OF delivery_attempts
+			FOR VALUES FROM ('2020-01-01 00:00:00+00') TO ('2020-01-02 00:00:00+00')`, nil},
+		{`GRANT SELECT ON delivery_attempts_20200101 TO hookline_dlq`, nil},
+	} {
+		_, err := pool.Exec(ctx, stmt.sql, stmt.args...)
+		require.NoError(t, err, stmt.sql)
+	}
+	return f
+}
+
+// checkRole runs each case in its own transaction under role, rolled back
+// afterwards so that one case does not change what the next one sees.
+func checkRole(t *testing.T, pool *pgxpool.Pool, role string, f roleFixture, cases []roleCase) {
+	t.Helper()
+	ctx := context.Background()
+	for _, c := range cases {
+		sql := expand(c.sql, f)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+				return fmt.Errorf("set role: %w", err)
+			}
+			var current string
+			if err := tx.QueryRow(ctx, "SELECT current_user").Scan(&current); err != nil || current != role {
+				return fmt.Errorf("current_user is %q (%v), not %s", current, err, role)
+			}
+			rows, err := tx.Query(ctx, sql)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if c.allowed {
+			require.ErrorIs(t, err, errRollback, "%s must be allowed: %s", role, sql)
+			continue
+		}
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "%s must be refused: %s", role, sql)
+		require.Equal(t, "42501", pgErr.Code, "%s: %s must fail for want of a privilege, got %s", role, sql, pgErr.Message)
+	}
+}
+
+var errRollback = errors.New("rolled back on purpose")
+
+// expand fills the fixture's ids into sql: {tenant}, {key}, {webhook},
+// {event}, {delivery} and {old_partition}.
+func expand(sql string, f roleFixture) string {
+	return strings.NewReplacer("{tenant}", f.tenant.String(), "{key}", f.key.String(), "{webhook}", f.webhook.String(),
+		"{event}", f.event.String(), "{delivery}", f.delivery.String(), "{old_partition}", f.oldPartition).Replace(sql)
+}
+
+// Statements every process role is refused: no role owns, alters, drops or
+// truncates anything, nor calls the partition drop unless it is retention.
+var refusedToAll = []roleCase{
+	{`DROP TABLE webhooks`, false},
+	{`DROP TABLE {old_partition}`, false},
+	{`TRUNCATE deliveries`, false},
+	{`TRUNCATE delivery_attempts`, false},
+	{`ALTER TABLE webhooks ADD COLUMN x int`, false},
+	{`CREATE INDEX ON events (source)`, false},
+	{`DELETE FROM webhooks`, false},
+	{`DELETE FROM tenants`, false},
+	{`DELETE FROM api_keys`, false},
+	{`UPDATE audit_log SET action = 'x'`, false},
+	{`DELETE FROM audit_log`, false},
+}
+
+// The worker loads deliveries, records attempts, moves deliveries, persists
+// circuits and records owner notifications. It cannot delete webhooks, read
+// API keys or change tenants.
+func TestWorkerRoleGrants(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	f := newRoleFixture(t, pool)
+	checkRole(t, pool, "hookline_worker", f, append([]roleCase{
+		{`SELECT * FROM api_keys`, false},
+		{`SELECT key_hash FROM api_keys`, false},
+		{`UPDATE tenants SET name = 'x'`, false},
+		{`SELECT name FROM tenants`, false},
+		{`UPDATE webhooks SET url = 'http://evil.example'`, false},
+		{`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+			VALUES (gen_random_uuid(), '{tenant}', 'http://x', '{a}', 's', '{}', '{}', '{}')`, false},
+		{`DELETE FROM deliveries`, false},
+		{`DELETE FROM events`, false},
+		{`UPDATE events SET data = NULL`, false},
+		{`SELECT * FROM audit_log`, false},
+		{`INSERT INTO audit_log (id, tenant_id, action, target_type, target_id) VALUES (gen_random_uuid(), '{tenant}', 'x', 'x', 'x')`, false},
+		{`SELECT error, response_body_sample FROM delivery_attempts`, false},
+		{`DELETE FROM delivery_attempts`, false},
+		{`SELECT * FROM delivery_attempts_retained`, false},
+		{`SELECT * FROM batch_operations`, false},
+		{`SELECT drop_attempt_partition('{old_partition}')`, false},
+
+		// The job load query, as internal/delivery runs it.
+		{`SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
+			e.event_type, e.source, e.idempotency_key, e.data, e.created_at, e.correlation_id,
+			w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, w.retry_config, w.headers,
+			w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
+			t.rate_limit_rpm, t.rate_limit_burst,
+			c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id
+		FROM deliveries d
+		JOIN events e ON e.id = d.event_id
+		JOIN webhooks w ON w.id = d.webhook_id
+		JOIN tenants t ON t.id = d.tenant_id
+		LEFT JOIN circuit_breaker_states c ON c.webhook_id = d.webhook_id
+		WHERE d.id = ANY(ARRAY['{delivery}']::uuid[])`, true},
+		{`WITH upd AS (UPDATE deliveries SET attempt_count = 1, status = 'retrying' WHERE id = '{delivery}' AND status = 'pending' RETURNING id)
+		INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, duration_ms, scheduled_at, executed_at)
+		SELECT id, now(), 2, '{tenant}', '{webhook}', 5, now(), now() FROM upd RETURNING delivery_id`, true},
+		{`UPDATE deliveries SET postponed_count = postponed_count + 1 WHERE id = '{delivery}'`, true},
+		{`INSERT INTO circuit_breaker_states (webhook_id, state, updated_at) VALUES ('{webhook}', 'open', now())
+			ON CONFLICT (webhook_id) DO UPDATE SET state = 'open' WHERE circuit_breaker_states.updated_at <= now()`, true},
+		{`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+			VALUES (gen_random_uuid(), '{tenant}', 'webhook.circuit_opened', 'n1', '\x00', 'high', '{}')
+			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id`, true},
+		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES (uuidv7(), '{tenant}', '{event}', '{webhook}', 'high')`, true},
+		{`SELECT ensure_attempt_partitions(14)`, true},
+	}, refusedToAll...))
+}
+
+// The api manages tenants, keys and webhooks, publishes, reads history and
+// writes the audit log; it deletes nothing and does not write attempts.
+func TestAPIRoleGrants(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	f := newRoleFixture(t, pool)
+	checkRole(t, pool, "hookline_api", f, append([]roleCase{
+		{`DELETE FROM deliveries`, false},
+		{`DELETE FROM events`, false},
+		{`DELETE FROM circuit_breaker_states`, false},
+		{`INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, duration_ms, scheduled_at, executed_at)
+			VALUES ('{delivery}', now(), 2, '{tenant}', '{webhook}', 5, now(), now())`, false},
+		{`UPDATE delivery_attempts SET error = 'x'`, false},
+		{`DELETE FROM delivery_attempts`, false},
+		{`INSERT INTO delivery_attempts_retained SELECT * FROM delivery_attempts`, false},
+		{`SELECT * FROM {old_partition}`, false},
+		{`UPDATE events SET data = NULL`, false},
+		{`SELECT drop_attempt_partition('{old_partition}')`, false},
+
+		{`SELECT k.id, t.publish_rps FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = '\x01'`, true},
+		{`UPDATE api_keys SET last_used_at = now() WHERE id = '{key}'`, true},
+		{`SELECT id FROM tenants WHERE id = '{tenant}' FOR UPDATE`, true},
+		{`UPDATE tenants SET name = 'renamed' WHERE id = '{tenant}'`, true},
+		{`UPDATE webhooks SET deleted_at = now(), active = false WHERE id = '{webhook}'`, true},
+		{`UPDATE deliveries SET status = 'cancelled' WHERE webhook_id = '{webhook}' AND status IN ('pending', 'retrying')`, true},
+		{`INSERT INTO audit_log (id, tenant_id, action, target_type, target_id) VALUES (gen_random_uuid(), '{tenant}', 'x', 'x', 'x')`, true},
+		{`SELECT * FROM audit_log`, true},
+		{`SELECT attempt_number FROM delivery_attempts WHERE delivery_id = '{delivery}'
+			UNION ALL SELECT attempt_number FROM delivery_attempts_retained WHERE delivery_id = '{delivery}'`, true},
+		{`SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.enqueued_at IS NULL FOR UPDATE OF d SKIP LOCKED`, true},
+		{`INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority) VALUES (gen_random_uuid(), '{tenant}', '{}', 1, 'low')`, true},
+		{`INSERT INTO circuit_breaker_states (webhook_id, state, forced_state, updated_at) VALUES ('{webhook}', 'closed', 'open', now())
+			ON CONFLICT (webhook_id) DO UPDATE SET forced_state = 'open'`, true},
+		{`SELECT ensure_attempt_partitions(14)`, true},
+	}, refusedToAll...))
+}
+
+// The dlq process records dead letters, runs batch retries and retention.
+// It cannot read webhook secrets, API keys or tenants, change webhooks, or
+// drop anything but an attempt partition.
+func TestDLQRoleGrants(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	f := newRoleFixture(t, pool)
+	checkRole(t, pool, "hookline_dlq", f, append([]roleCase{
+		{`SELECT secret FROM webhooks`, false},
+		{`SELECT * FROM webhooks`, false},
+		{`SELECT * FROM api_keys`, false},
+		{`SELECT * FROM tenants`, false},
+		{`UPDATE webhooks SET active = true`, false},
+		{`UPDATE events SET event_type = 'x'`, false},
+		{`INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority) VALUES (gen_random_uuid(), '{tenant}', '{}', 1, 'low')`, false},
+		{`SELECT * FROM circuit_breaker_states`, false},
+		{`SELECT * FROM audit_log`, false},
+		{`SELECT drop_attempt_partition('delivery_attempts_default')`, false},
+		{`SELECT drop_attempt_partition('webhooks')`, false},
+		{`SELECT drop_attempt_partition('delivery_attempts')`, false},
+
+		{`SELECT w.id FROM webhooks w WHERE w.tenant_id = '{tenant}' AND w.active AND w.deleted_at IS NULL
+			AND EXISTS (SELECT 1 FROM unnest(w.events) f WHERE 'a' LIKE f) AND w.ordering_guarantee = 'none'`, true},
+		{`UPDATE deliveries d SET status = 'exhausted', dead_lettered_at = now() FROM events e
+			WHERE d.id = '{delivery}' AND e.id = d.event_id RETURNING d.id, e.event_type`, true},
+		{`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+			VALUES (gen_random_uuid(), '{tenant}', 'webhook.delivery_exhausted', 'n1', '\x00', 'high', '{}') ON CONFLICT DO NOTHING`, true},
+		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of) VALUES (uuidv7(), '{tenant}', '{event}', '{webhook}', 'low', '{delivery}')`, true},
+		{`SELECT state, count(*) FROM batch_operations GROUP BY state`, true},
+		{`UPDATE events SET data = NULL WHERE id = '{event}'`, true},
+		{`DELETE FROM deliveries WHERE id = '{delivery}'`, true},
+		{`DELETE FROM events WHERE id = '{event}'`, true},
+		{`DELETE FROM delivery_attempts_default WHERE delivery_created_at < now() - interval '90 days'`, true},
+		{`SELECT count(*) FROM {old_partition}`, true},
+		{`INSERT INTO delivery_attempts_retained SELECT * FROM {old_partition} ON CONFLICT (delivery_id, attempt_number) DO NOTHING`, true},
+		{`LOCK TABLE ONLY delivery_attempts IN ACCESS EXCLUSIVE MODE`, true},
+		{`SELECT drop_attempt_partition('{old_partition}')`, true},
+		{`SELECT ensure_attempt_partitions(14)`, true},
+	}, refusedToAll...))
+}
+
+// Partitions made by ensure_attempt_partitions, whoever calls it, belong to
+// the owner of the schema and can be read by retention, and by no other
+// role directly.
+func TestEnsuredPartitionsAreReadableByRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	day := time.Now().UTC().AddDate(0, 0, 30)
+	name := "delivery_attempts_" + day.Format("20060102")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE hookline_worker"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT ensure_attempt_partitions(31)")
+		return err
+	})
+	require.NoError(t, err)
+	var owner string
+	var dlq, worker, api bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_userbyid(relowner), has_table_privilege('hookline_dlq', oid, 'SELECT'),
+		has_table_privilege('hookline_worker', oid, 'SELECT'), has_table_privilege('hookline_api', oid, 'SELECT')
+		FROM pg_class WHERE oid = $1::regclass`, name).Scan(&owner, &dlq, &worker, &api))
+	var me string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_user").Scan(&me))
+	require.Equal(t, me, owner, "the partition belongs to the owner of the schema, not the calling role")
+	require.True(t, dlq)
+	require.False(t, worker)
+	require.False(t, api)
+}
