@@ -159,10 +159,10 @@ func TestCSRFRefused(t *testing.T) {
 	require.NotEqual(t, other.csrf, c.csrf, "each session has its own token")
 
 	posts := map[string]url.Values{
-		"/console/deliveries/" + dead.String() + "/retry":       {},
+		"/console/deliveries/" + dead.String() + "/retry":         {},
 		"/console/webhooks/" + hook.String() + "/circuit-breaker": {"action": {"force_open"}},
-		"/console/dlq/batches": {"webhook_id": {hook.String()}, "requests_per_second": {"5"}},
-		"/console/sign-out":    {},
+		"/console/dlq/batches":                                    {"webhook_id": {hook.String()}, "requests_per_second": {"5"}},
+		"/console/sign-out":                                       {},
 	}
 	for path, form := range posts {
 		for _, token := range []string{"", "nope", other.csrf} {

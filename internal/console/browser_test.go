@@ -106,6 +106,30 @@ func (b *browser) screenshot(name string) {
 	require.NoError(b.t, os.WriteFile(filepath.Join(b.shot, name+".png"), png, 0o644))
 }
 
+// waitLocation polls, within timeout, until the page's address contains
+// part (a form's answer has loaded).
+func (b *browser) waitLocation(part string, timeout time.Duration) {
+	b.t.Helper()
+	var last string
+	eventually(b.t, timeout, func() bool {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		defer cancel()
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		last = loc
+		return err == nil && strings.Contains(loc, part)
+	}, "the address to contain %q (last %q)", part, &last)
+}
+
+// viewportShot saves what the viewport shows as name.png.
+func (b *browser) viewportShot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(b.t, err)
+	require.NoError(b.t, os.WriteFile(filepath.Join(b.shot, name+".png"), png, 0o644))
+}
+
 func (b *browser) location() string {
 	b.t.Helper()
 	loc, err := chromedp.Run(b.ctx, chromedp.Location())
@@ -194,8 +218,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do(chromedp.Navigate(e.api.URL+"/console/dlq"), chromedp.WaitVisible(chromedp.CSS("#counts-h")))
 	require.Equal(t, "8 waiting", b.text("#counts-h"))
 	b.do(chromedp.Click(chromedp.CSS(`input[name="failure_category"][value="server_error"]`)),
-		chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#counts-h")))
-	require.Contains(t, b.location(), "failure_category=server_error")
+		chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)))
+	b.waitLocation("failure_category=server_error", 10*time.Second)
+	b.do(chromedp.WaitVisible(chromedp.CSS("#counts-h")))
 	b.screenshot("06-dlq")
 	b.do(chromedp.SetValue(chromedp.CSS("#b-rps"), "4"), chromedp.Click(chromedp.CSS(`form[action="/console/dlq/batches"] button`)),
 		chromedp.WaitVisible(chromedp.CSS(".notice")))
@@ -220,7 +245,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Navigate(e.api.URL+"/console/webhooks"), chromedp.WaitVisible(chromedp.CSS("table")))
 	b.screenshot("10-webhooks-phone")
 	b.do(chromedp.Navigate(e.api.URL+"/console/webhooks/"+orders.String()), chromedp.WaitVisible(chromedp.CSS("table.deliveries")))
-	b.screenshot("11-webhook-phone")
+	b.viewportShot("11-webhook-phone")
+	b.do(chromedp.ScrollIntoView(chromedp.CSS("table.deliveries tbody tr:nth-child(8)")))
+	b.viewportShot("12-webhook-history-phone")
 
 	// Signing out ends the session in the browser.
 	b.do(chromedp.Click(chromedp.CSS(`form[action="/console/sign-out"] button`)), chromedp.WaitVisible(chromedp.CSS("#api_key")))

@@ -179,13 +179,13 @@ func (e *env) seedAt(tenantID, hook uuid.UUID, n int, eventType, status string, 
 	ctx := context.Background()
 	rows, err := e.pool.Query(ctx, `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, created_at)
-    SELECT ` + shiftedID + `, $1, $3, 'seed', 'seed-' || gen_random_uuid(), '\x00', 'normal',
+    SELECT `+shiftedID+`, $1, $3, 'seed', 'seed-' || gen_random_uuid(), '\x00', 'normal',
         json_build_object('n', g, 'note', 'seeded'), now() + $6::interval
     FROM generate_series(1, $4) g
     RETURNING id, tenant_id, created_at)
 INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority, attempt_count, failure_category,
     last_status_code, last_error, completed_at, dead_lettered_at, created_at)
-SELECT ` + shiftedID + `, tenant_id, id, $2, $5, 'normal',
+SELECT `+shiftedID+`, tenant_id, id, $2, $5, 'normal',
     CASE WHEN $5 IN ('exhausted', 'succeeded') THEN 1 ELSE 0 END,
     CASE WHEN $5 = 'exhausted' THEN 'server_error' END,
     CASE WHEN $5 = 'exhausted' THEN 502 WHEN $5 = 'succeeded' THEN 200 END,

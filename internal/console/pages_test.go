@@ -81,7 +81,7 @@ func batchState(e *env, id string) string {
 	return s
 }
 
-var deliveryLink = regexp.MustCompile(`<td><a href="/console/deliveries/([0-9a-f-]{36})"`)
+var deliveryLink = regexp.MustCompile(`<td[^>]*><a href="/console/deliveries/([0-9a-f-]{36})"`)
 
 func deliveryIDs(body string) []uuid.UUID {
 	var out []uuid.UUID

@@ -180,6 +180,7 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02T15:04")
 		},
+		"last": func(i, n int) bool { return i == n-1 },
 		"contains": func(list []string, s string) bool {
 			for _, v := range list {
 				if v == s {

@@ -143,12 +143,19 @@ func (c *Console) requireSession(ctx *gin.Context) {
 		return
 	}
 	if s == nil {
-		c.setCookie(ctx, sessionCookie, "", -1)
-		next := ""
-		if ctx.Request.Method == http.MethodGet {
-			next = "?next=" + url.QueryEscape(ctx.Request.URL.RequestURI())
+		q := url.Values{}
+		if v, err := ctx.Cookie(sessionCookie); err == nil && v != "" {
+			q.Set("ended", "1")
+			c.setCookie(ctx, sessionCookie, "", -1)
 		}
-		ctx.Redirect(http.StatusSeeOther, "/console/sign-in"+next)
+		if ctx.Request.Method == http.MethodGet {
+			q.Set("next", ctx.Request.URL.RequestURI())
+		}
+		to := "/console/sign-in"
+		if len(q) > 0 {
+			to += "?" + q.Encode()
+		}
+		ctx.Redirect(http.StatusSeeOther, to)
 		ctx.Abort()
 		return
 	}
