@@ -157,18 +157,19 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 
 	// The dlq process's sweep and retention, under its role: as if 200 days
 	// had passed, every partition of the attempt log is old enough to drop.
+	discard := slog.New(slog.DiscardHandler)
 	var swept taskSink
 	lost := uuid.Must(uuid.NewV7())
 	_, err = s.pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority, attempt_count, completed_at)
 		SELECT $1, tenant_id, event_id, webhook_id, 'exhausted', 'normal', 1, now() - interval '1 hour'
 		FROM deliveries WHERE id = $2`, lost, flakyDeliveries[1])
 	require.NoError(t, err)
-	sweeper := dlq.NewSweeper(s.dlqPool, &swept, slog.Default())
+	sweeper := dlq.NewSweeper(s.dlqPool, &swept, discard)
 	sweeper.Age = time.Minute
 	require.NoError(t, sweeper.Sweep(ctx))
 	require.Equal(t, 1, s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND dead_lettered_at IS NOT NULL`, lost))
 	require.Len(t, swept.tasks, 1, "the owner notification of the swept delivery")
-	rep, err := retention.New(s.dlqPool, config.Default().Retention, slog.Default()).Once(ctx, time.Now().Add(200*24*time.Hour))
+	rep, err := retention.New(s.dlqPool, config.Default().Retention, discard).Once(ctx, time.Now().Add(200*24*time.Hour))
 	require.NoError(t, err)
 	require.Positive(t, rep.AttemptPartitions)
 	require.Positive(t, rep.AttemptsRetained+rep.Attempts)
