@@ -152,7 +152,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
 			e.event_type, e.source, e.idempotency_key, e.data, e.created_at, e.correlation_id,
 			w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, w.retry_config, w.headers,
-			w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
+			w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit, w.verification,
 			t.rate_limit_rpm, t.rate_limit_burst,
 			c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id
 		FROM deliveries d

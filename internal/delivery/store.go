@@ -48,6 +48,9 @@ type job struct {
 	// OrderKey is set for a delivery of an ordered webhook (see ordering.go).
 	OrderKey string
 	EventID  uuid.UUID
+	// Verification is the webhook's endpoint verification state, empty
+	// when none is asked for.
+	Verification string
 }
 
 // persistedCircuit is a circuit_breaker_states row.
@@ -78,7 +81,8 @@ const loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.nex
     w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, w.retry_config, w.headers,
     w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
     t.rate_limit_rpm, t.rate_limit_burst,
-    c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id
+    c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id,
+    coalesce(w.verification->>'state', '')
 FROM deliveries d
 JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id
@@ -122,7 +126,7 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 			&j.EventType, &j.Source, &j.IdemKey, &j.Data, &j.EventTime, &j.CorrelationID,
 			&j.URL, &sealed, &prev, &prevUntil, &retryRaw, &headersRaw, &j.Active, &j.Deleted,
 			&breakerRaw, &rateRaw, &j.TenantLimit.RequestsPerMinute, &j.TenantLimit.Burst,
-			&cState, &cUpdated, &forced, &forcedUntil, &j.OrderKey, &j.EventID, &hookID); err != nil {
+			&cState, &cUpdated, &forced, &forcedUntil, &j.OrderKey, &j.EventID, &hookID, &j.Verification); err != nil {
 			return nil, fmt.Errorf("scan delivery: %w", err)
 		}
 		if cState != nil {

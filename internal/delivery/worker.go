@@ -137,6 +137,9 @@ func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) 
 		return w.cancel(ctx, log, t, j, headers, "event payload removed by retention")
 	case !j.Active:
 		return w.postpone(ctx, log, t, headers, "inactive", inactiveDelay)
+	case webhook.AwaitsVerification(j.Verification):
+		// Nothing goes to an endpoint before it has echoed a challenge.
+		return w.postpone(ctx, log, t, headers, "unverified", inactiveDelay)
 	}
 	return w.attempt(ctx, log, t, j, headers)
 }

@@ -150,6 +150,7 @@ func (s *Server) Handler() http.Handler {
 	v1.PATCH("/webhooks/:id", s.patchWebhook)
 	v1.DELETE("/webhooks/:id", s.deleteWebhook)
 	v1.POST("/webhooks/:id/secret/rotate", s.rotateSecret)
+	v1.POST("/webhooks/:id/verify", s.verifyWebhook)
 	v1.GET("/webhooks/:id/deliveries", s.listDeliveries)
 	v1.GET("/webhooks/:id/health", s.webhookHealth)
 	v1.PATCH("/webhooks/:id/circuit-breaker", s.overrideCircuit)

@@ -39,6 +39,7 @@ func (s *Server) createWebhook(c *gin.Context) {
 		return
 	}
 	logger(c).Info("webhook created", "webhook_id", w.ID.String())
+	w = s.verifyIfPending(c, w)
 	c.JSON(http.StatusCreated, withSecret{Webhook: w, Secret: w.Secret})
 }
 
@@ -108,7 +109,10 @@ func (s *Server) updateWebhook(c *gin.Context, replace bool) {
 			abort(c, fielderr.New("secret", "cannot be changed by an update; use POST /v1/webhooks/{id}/secret/rotate"))
 			return
 		}
-		base = webhook.Webhook{ID: current.ID, TenantID: current.TenantID, Secret: current.Secret}
+		// The url and verification are kept for comparison: a verified
+		// webhook replaced with the same url stays verified.
+		base = webhook.Webhook{ID: current.ID, TenantID: current.TenantID, Secret: current.Secret,
+			URL: current.URL, Verification: current.Verification}
 	}
 	w, err := s.rules.Build(c.Request.Context(), base, in, replace)
 	if err != nil {
@@ -120,7 +124,7 @@ func (s *Server) updateWebhook(c *gin.Context, replace bool) {
 		abort(c, mapWebhookErr(err))
 		return
 	}
-	c.JSON(http.StatusOK, w)
+	c.JSON(http.StatusOK, s.verifyIfPending(c, w))
 }
 
 func (s *Server) deleteWebhook(c *gin.Context) {

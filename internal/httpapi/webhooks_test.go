@@ -123,7 +123,7 @@ func TestWebhookValidationRefusals(t *testing.T) {
 		{"events not a list", base(map[string]any{"events": "a"}), "events"},
 		{"secret malformed", base(map[string]any{"secret": "hunter2"}), "secret"},
 		{"secret too short", base(map[string]any{"secret": "whsec_c2hvcnQ="}), "secret"},
-		{"verify_url", base(map[string]any{"verify_url": true}), "verify_url"},
+		{"verify_url not a boolean", base(map[string]any{"verify_url": "yes"}), "verify_url"},
 		{"ordering", base(map[string]any{"ordering_guarantee": "fifo"}), "ordering_guarantee"},
 		{"too many headers", base(map[string]any{"headers": headers}), "headers"},
 		{"header CRLF", base(map[string]any{"headers": map[string]string{"X-A": "v\r\nX-Evil: 1"}}), "headers.X-A"},

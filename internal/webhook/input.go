@@ -26,7 +26,9 @@ type Input struct {
 	OrderingGuarantee    *string            `json:"ordering_guarantee"`
 	Headers              *map[string]string `json:"headers"`
 	Metadata             json.RawMessage    `json:"metadata"`
-	VerifyURL            *bool              `json:"verify_url"`
+	// VerifyURL true (re)starts endpoint verification; false stops asking
+	// for it (see Build).
+	VerifyURL *bool `json:"verify_url"`
 }
 
 // RetryInput is a partial RetryConfig.
@@ -90,9 +92,6 @@ var reservedHeaders = map[string]bool{
 // complete and valid; nothing in base is modified.
 func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool) (Webhook, error) {
 	w := base
-	if in.VerifyURL != nil && *in.VerifyURL {
-		return Webhook{}, fielderr.New("verify_url", "endpoint verification is not available in this version; omit verify_url or set it to false")
-	}
 	if creating {
 		w.Active = true
 		w.RetryConfig = DefaultRetryConfig()
@@ -115,6 +114,7 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 		}
 		w.URL = u
 	}
+	w.Verification = verificationOf(base, w.URL, in.VerifyURL)
 	if in.Events != nil {
 		events, err := validateFilters(in.Events)
 		if err != nil {
@@ -182,6 +182,23 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 		w.RateLimit = rl
 	}
 	return w, nil
+}
+
+// verificationOf is the verification of a webhook built from base with
+// url: verify_url true starts one (pending until the endpoint has echoed a
+// challenge), false drops it, and leaving it out keeps base's, unless the
+// url changed: what was verified was the old one, so the new one is
+// verified again.
+func verificationOf(base Webhook, url string, verify *bool) *Verification {
+	switch {
+	case verify != nil && *verify:
+		return &Verification{State: VerificationPending}
+	case verify != nil:
+		return nil
+	case base.Verification != nil && url != base.URL:
+		return &Verification{State: VerificationPending}
+	}
+	return base.Verification
 }
 
 func (r Rules) checkURL(ctx context.Context, raw string) (string, error) {

@@ -271,8 +271,6 @@ func TestBuildCreateRefuses(t *testing.T) {
 		{"secret too short", false, func(in *Input) { in.Secret = ptr("whsec_c2hvcnQ=") }, "secret"},
 		{"secret empty", false, func(in *Input) { in.Secret = ptr("") }, "secret"},
 
-		{"verify_url true", false, func(in *Input) { in.VerifyURL = ptr(true) }, "verify_url"},
-
 		{"ordering unknown", false, func(in *Input) { in.OrderingGuarantee = ptr("fifo") }, "ordering_guarantee"},
 		{"ordering empty", false, func(in *Input) { in.OrderingGuarantee = ptr("") }, "ordering_guarantee"},
 		{"ordering wrong case", false, func(in *Input) { in.OrderingGuarantee = ptr("Strict") }, "ordering_guarantee"},
@@ -602,7 +600,6 @@ func TestBuildPatchRefuses(t *testing.T) {
 		{"empty url", Input{URL: ptr("")}, "url"},
 		{"private url", Input{URL: ptr("http://192.168.1.10/")}, "url"},
 		{"empty events", Input{Events: []string{}}, "events"},
-		{"verify_url", Input{VerifyURL: ptr(true)}, "verify_url"},
 		{"bad ordering", Input{OrderingGuarantee: ptr("total")}, "ordering_guarantee"},
 		{"reserved header", Input{Headers: &map[string]string{"Webhook-Signature": "x"}}, "headers.Webhook-Signature"},
 		{"metadata array", Input{Metadata: json.RawMessage(`[]`)}, "metadata"},

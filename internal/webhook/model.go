@@ -32,8 +32,11 @@ type Webhook struct {
 	OrderingGuarantee    string            `json:"ordering_guarantee"`
 	Headers              map[string]string `json:"headers"`
 	Metadata             json.RawMessage   `json:"metadata"`
-	CreatedAt            time.Time         `json:"created_at"`
-	UpdatedAt            time.Time         `json:"updated_at"`
+	// Verification is the endpoint verification asked for by verify_url;
+	// nil when none was.
+	Verification *Verification `json:"verification"`
+	CreatedAt    time.Time     `json:"created_at"`
+	UpdatedAt    time.Time     `json:"updated_at"`
 
 	Secret                  string     `json:"-"`
 	PreviousSecret          string     `json:"-"`
@@ -95,4 +98,31 @@ func DefaultBreakerConfig() BreakerConfig {
 		HalfOpenMaxCalls:         5,
 		HalfOpenSuccessThreshold: 60,
 	}
+}
+
+// Verification states. A webhook whose verification is pending or failed
+// receives nothing: its deliveries wait, without an attempt, until it is
+// verified (or the verification is no longer asked for).
+const (
+	VerificationPending  = "pending"
+	VerificationVerified = "verified"
+	VerificationFailed   = "failed"
+)
+
+// Verification is the state of a webhook's endpoint verification: a
+// signed challenge the endpoint must echo (see package verify).
+type Verification struct {
+	State string `json:"state"`
+	// VerifiedAt is when the endpoint last echoed the challenge; nil
+	// unless the state is verified.
+	VerifiedAt *time.Time `json:"verified_at"`
+	// LastError says what the endpoint answered when the last check
+	// failed; nil unless the state is failed.
+	LastError *string `json:"last_error"`
+}
+
+// AwaitsVerification reports whether a webhook in verification state
+// (empty when none is asked for) must not be delivered to yet.
+func AwaitsVerification(state string) bool {
+	return state == VerificationPending || state == VerificationFailed
 }

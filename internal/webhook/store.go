@@ -46,13 +46,13 @@ func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
 
 const webhookColumns = `id, tenant_id, url, events, active, secret, previous_secret,
 	previous_secret_expires_at, retry_config, circuit_breaker_config, rate_limit,
-	ordering_guarantee, headers, metadata, created_at, updated_at`
+	ordering_guarantee, headers, metadata, verification, created_at, updated_at`
 
 const (
 	insertWebhookSQL = `INSERT INTO webhooks (id, tenant_id, url, events, active, secret,
 	retry_config, circuit_breaker_config, rate_limit, ordering_guarantee, headers, metadata,
-	created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)`
+	verification, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $13, $13)`
 
 	getWebhookSQL = `SELECT ` + webhookColumns + ` FROM webhooks
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -67,11 +67,16 @@ ORDER BY id
 LIMIT $5`
 
 const (
+	// updateWebhookSQL rewrites the verification only when $12 says so
+	// (it starts or stops); otherwise a check finishing meanwhile keeps
+	// its outcome. The url and the verification change in one statement,
+	// so that no delivery goes to a new url before it is verified.
 	updateWebhookSQL = `UPDATE webhooks SET url = $3, events = $4, active = $5,
 	retry_config = $6, circuit_breaker_config = $7, rate_limit = $8,
-	ordering_guarantee = $9, headers = $10, metadata = $11, updated_at = now()
+	ordering_guarantee = $9, headers = $10, metadata = $11,
+	verification = CASE WHEN $12 THEN $13::jsonb ELSE verification END, updated_at = now()
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
-RETURNING updated_at`
+RETURNING updated_at, verification`
 
 	deleteWebhookSQL = `UPDATE webhooks SET deleted_at = now(), active = false, updated_at = now()
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -103,7 +108,7 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 	}
 	_, err = s.pool.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 		sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
-		[]byte(w.Metadata), w.CreatedAt)
+		[]byte(w.Metadata), w.CreatedAt, args.verification)
 	if err != nil {
 		return Webhook{}, fmt.Errorf("insert webhook: %w", err)
 	}
@@ -157,13 +162,21 @@ func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
 	if err != nil {
 		return Webhook{}, err
 	}
+	// A verification that starts (pending) or stops (nil) is written; a
+	// verified or failed one is what the webhook had, and stays as stored.
+	restart := w.Verification == nil || w.Verification.State == VerificationPending
+	var stored []byte
 	err = s.pool.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 		args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers, []byte(w.Metadata),
-	).Scan(&w.UpdatedAt)
+		restart, args.verification,
+	).Scan(&w.UpdatedAt, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Webhook{}, ErrNotFound
 	}
 	if err != nil {
+		return Webhook{}, fmt.Errorf("update webhook %s: %w", w.ID, err)
+	}
+	if w.Verification, err = decodeVerification(stored); err != nil {
 		return Webhook{}, fmt.Errorf("update webhook %s: %w", w.ID, err)
 	}
 	return w, nil
@@ -219,6 +232,8 @@ func (s *Store) RotateSecret(ctx context.Context, tenantID, id uuid.UUID, newSec
 
 type encodedConfigs struct {
 	retry, breaker, rate, headers []byte
+	// verification is NULL (nil) when none is asked for.
+	verification []byte
 }
 
 func encodeConfigs(w Webhook) (encodedConfigs, error) {
@@ -235,6 +250,11 @@ func encodeConfigs(w Webhook) (encodedConfigs, error) {
 	}
 	if e.headers, err = json.Marshal(w.Headers); err != nil {
 		return e, fmt.Errorf("encode headers: %w", err)
+	}
+	if w.Verification != nil {
+		if e.verification, err = json.Marshal(w.Verification); err != nil {
+			return e, fmt.Errorf("encode verification: %w", err)
+		}
 	}
 	return e, nil
 }
@@ -259,12 +279,15 @@ func (s *Store) scan(row pgx.Row) (Webhook, error) {
 func scanWebhook(row pgx.Row) (Webhook, error) {
 	var w Webhook
 	var prev *string
-	var retry, breaker, rate, headers, metadata []byte
+	var retry, breaker, rate, headers, metadata, verification []byte
 	err := row.Scan(&w.ID, &w.TenantID, &w.URL, &w.Events, &w.Active, &w.Secret, &prev,
 		&w.PreviousSecretExpiresAt, &retry, &breaker, &rate, &w.OrderingGuarantee,
-		&headers, &metadata, &w.CreatedAt, &w.UpdatedAt)
+		&headers, &metadata, &verification, &w.CreatedAt, &w.UpdatedAt)
 	if err != nil {
 		return Webhook{}, err
+	}
+	if w.Verification, err = decodeVerification(verification); err != nil {
+		return Webhook{}, fmt.Errorf("decode webhook %s verification: %w", w.ID, err)
 	}
 	if prev != nil {
 		w.PreviousSecret = *prev

@@ -57,6 +57,12 @@ CREATE TABLE webhooks (
                                 CHECK (ordering_guarantee IN ('none', 'per_event_type', 'strict')),
     headers                     jsonb NOT NULL DEFAULT '{}',
     metadata                    jsonb NOT NULL DEFAULT '{}',
+    -- Endpoint verification (verify_url), as the API shows it:
+    -- {"state": "pending|verified|failed", "verified_at", "last_error"};
+    -- NULL when none was asked for. Deliveries wait while it is pending or
+    -- failed.
+    verification                jsonb CHECK (verification IS NULL
+                                OR verification->>'state' IN ('pending', 'verified', 'failed')),
     created_at                  timestamptz NOT NULL DEFAULT now(),
     updated_at                  timestamptz NOT NULL DEFAULT now(),
     -- Deleted webhooks are kept for the delivery history but are invisible
