@@ -145,7 +145,10 @@ type API struct {
 	// SecretRotationGrace is how long the previous secret keeps signing after
 	// a rotation. Default 24h.
 	SecretRotationGrace Duration `yaml:"secret_rotation_grace"`
-	// MigrateOnStart applies pending migrations when the api starts. Default true.
+	// MigrateOnStart applies pending migrations when the api starts (env
+	// API_MIGRATE_ON_START). Migrations need the owner of the schema: set
+	// it false when the api connects under its own role (hookline_api) and
+	// run "api migrate" with the owner's DATABASE_URL. Default true.
 	MigrateOnStart bool `yaml:"migrate_on_start"`
 	// AuthCacheTTL is how long a verified API key is trusted without asking
 	// the database again; 0 disables the cache. Default 5s.
@@ -288,12 +291,21 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			*dst = v
 		}
 	}
-	if v := getenv("ALLOW_PRIVATE_NETWORKS"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("config network.allow_private_networks (ALLOW_PRIVATE_NETWORKS): %q is not a boolean", v)
+	bools := []struct {
+		env, name string
+		dst       *bool
+	}{
+		{"ALLOW_PRIVATE_NETWORKS", "network.allow_private_networks", &c.Network.AllowPrivateNetworks},
+		{"API_MIGRATE_ON_START", "api.migrate_on_start", &c.API.MigrateOnStart},
+	}
+	for _, b := range bools {
+		if v := getenv(b.env); v != "" {
+			parsed, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("config %s (%s): %q is not a boolean", b.name, b.env, v)
+			}
+			*b.dst = parsed
 		}
-		c.Network.AllowPrivateNetworks = b
 	}
 	if v := getenv("SECRET_KEYS"); v != "" {
 		c.Security.SecretKeys = strings.Split(v, ",")

@@ -216,6 +216,7 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 		{"redis prefix", "REDIS_PREFIX", "env:", func(c config.Config) any { return c.Redis.KeyPrefix }, "env:"},
 		{"allow private true", "ALLOW_PRIVATE_NETWORKS", "true", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
 		{"allow private 1", "ALLOW_PRIVATE_NETWORKS", "1", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
+		{"migrate on start", "API_MIGRATE_ON_START", "false", func(c config.Config) any { return c.API.MigrateOnStart }, false},
 		{"allow cidrs", "ALLOW_CIDRS", "192.168.1.0/24, fd00::/8 ,100.64.0.0/10", func(c config.Config) any { return c.Network.AllowCIDRs },
 			[]string{"192.168.1.0/24", "fd00::/8", "100.64.0.0/10"}},
 		{"secret keys", "SECRET_KEYS", " new:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=, " + testKey, func(c config.Config) any { return c.Security.SecretKeys },
@@ -259,6 +260,8 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 				restore.Redis.KeyPrefix = base.Redis.KeyPrefix
 			case "ALLOW_PRIVATE_NETWORKS":
 				restore.Network.AllowPrivateNetworks = base.Network.AllowPrivateNetworks
+			case "API_MIGRATE_ON_START":
+				restore.API.MigrateOnStart = base.API.MigrateOnStart
 			case "ALLOW_CIDRS":
 				restore.Network.AllowCIDRs = base.Network.AllowCIDRs
 			case "SECRET_KEYS":
@@ -304,6 +307,8 @@ func TestLoadRefuses(t *testing.T) {
 		{name: "second document with unknown key", file: "api: {admin_token: tok}\n---\nnope: 1\n", wantErr: []string{"only one YAML document"}},
 		{name: "bad ALLOW_PRIVATE_NETWORKS", env: map[string]string{"ADMIN_TOKEN": "tok", "ALLOW_PRIVATE_NETWORKS": "yes please"},
 			wantErr: []string{"network.allow_private_networks (ALLOW_PRIVATE_NETWORKS)", `"yes please" is not a boolean`}},
+		{name: "bad API_MIGRATE_ON_START", env: map[string]string{"ADMIN_TOKEN": "tok", "API_MIGRATE_ON_START": "never"},
+			wantErr: []string{"api.migrate_on_start (API_MIGRATE_ON_START)", `"never" is not a boolean`}},
 		{name: "bad ALLOW_CIDRS", env: map[string]string{"ADMIN_TOKEN": "tok", "ALLOW_CIDRS": "10.0.0.0/8,10.0.0.300/8"},
 			wantErr: []string{"network.allow_cidrs[1] (ALLOW_CIDRS)", `"10.0.0.300/8"`}},
 		{name: "bad DATABASE_URL beats good file", file: "api: {admin_token: tok}\n", env: map[string]string{"DATABASE_URL": "mysql://h/d"},
