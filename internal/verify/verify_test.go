@@ -171,7 +171,9 @@ func TestCheckAgainstEndpoints(t *testing.T) {
 			`the endpoint answered 200 OK without echoing the challenge, body "ok"`},
 		{"not found", func(w http.ResponseWriter, r *http.Request, _ string) { http.NotFound(w, r) },
 			`the endpoint answered 404 Not Found, body "404 page not found\n"`},
-		{"redirect", func(w http.ResponseWriter, r *http.Request, _ string) { http.Redirect(w, r, "/elsewhere", http.StatusFound) },
+		{"redirect", func(w http.ResponseWriter, r *http.Request, _ string) {
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		},
 			"the endpoint answered 302 Found (redirects are not followed), with an empty body"},
 		{"echo after a kilobyte", func(w http.ResponseWriter, _ *http.Request, c string) {
 			_, _ = io.WriteString(w, strings.Repeat(" ", 1024)+c)
