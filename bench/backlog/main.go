@@ -89,10 +89,10 @@ func main() {
 	var tenant struct {
 		APIKey string `json:"api_key"`
 	}
-	must(post(base+"/v1/tenants", adminToken, `{"name": "backlog", "rate_limit": {"requests_per_minute": 100000000, "burst": 10000000},
+	must(post(base+"/v1/tenants", adminToken, `{"name": "backlog", "rate_limit": {"requests_per_minute": 10000000, "burst": 1000000},
 		"publish_rate_limit": {"requests_per_second": 1000000, "burst": 1000000}}`, &tenant))
 	must(post(base+"/v1/webhooks", tenant.APIKey, fmt.Sprintf(`{"url": "http://%s/hook", "events": ["*"],
-		"rate_limit": {"requests_per_minute": 100000000, "burst": 10000000}}`, ln.Addr()), nil))
+		"rate_limit": {"requests_per_minute": 1000000, "burst": 100000}}`, ln.Addr()), nil))
 
 	body := fmt.Sprintf(`{"event_type": "bench.backlog", "data": {"filler": %q}}`, strings.Repeat("x", max(0, *size-40)))
 	var next, failed atomic.Int64

@@ -57,6 +57,17 @@ func migrateDB(ctx context.Context, sqlDB *sql.DB) (uint, error) {
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return 0, fmt.Errorf("migration connection: %w", err)
 	}
+	// A least-privilege role (hookline_api, ...) cannot migrate; say so
+	// instead of letting the migrator fail half-way.
+	var canCreate bool
+	var user, schema string
+	if err := sqlDB.QueryRowContext(ctx, `SELECT has_schema_privilege(current_schema(), 'CREATE'), current_user, current_schema()`).
+		Scan(&canCreate, &user, &schema); err != nil {
+		return 0, fmt.Errorf("migration privileges: %w", err)
+	}
+	if !canCreate {
+		return 0, fmt.Errorf("database user %s cannot create tables in schema %s: run `api migrate` as the schema owner, and start this api with API_MIGRATE_ON_START=false", user, schema)
+	}
 	driver, err := pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{})
 	if err != nil {
 		return 0, fmt.Errorf("migration driver: %w", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
@@ -281,4 +282,22 @@ func TestEnsuredPartitionsAreReadableByRetention(t *testing.T) {
 	require.True(t, dlq)
 	require.False(t, worker)
 	require.False(t, api)
+}
+
+// An api started under its least-privilege role with migrate_on_start
+// says why it cannot migrate instead of failing half-way (or hanging).
+func TestMigrateRefusesARoleThatCannotCreate(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURL(t, true)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["role"] = "hookline_api"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = db.Migrate(ctx, pool)
+	require.ErrorContains(t, err, "cannot create tables")
+	require.ErrorContains(t, err, "API_MIGRATE_ON_START=false")
 }
