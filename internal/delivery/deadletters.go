@@ -140,11 +140,8 @@ func (r *Reader) DeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLett
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
 		var dl DeadLetter
-		d := &dl.Delivery
-		err := row.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
-			&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
-			&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt, &dl.RetriedBy)
-		d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+		var err error
+		dl.Delivery, err = scanDelivery(row, &dl.RetriedBy)
 		return dl, err
 	})
 	if err != nil {

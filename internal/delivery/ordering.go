@@ -120,11 +120,5 @@ func (w *Worker) release(ctx context.Context, log *slog.Logger, key string) {
 		return
 	}
 	metrics.OrderedReleased.Inc()
-	if err := w.pub.Publish(ctx, next.Message(time.Time{})); err != nil {
-		log.Warn("released ordered delivery not published; the outbox relay will", "next_delivery_id", next.DeliveryID.String(), "error", err)
-		return
-	}
-	if err := w.store.markScheduled(ctx, next.DeliveryID, next.Attempt-1); err != nil {
-		log.Warn("released ordered delivery published but not marked; the relay may send it twice", "error", err)
-	}
+	w.enqueue(ctx, log, *next, time.Time{})
 }

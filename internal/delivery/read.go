@@ -152,11 +152,12 @@ func (r *Reader) List(ctx context.Context, tenantID, webhookID uuid.UUID, f List
 	return out, nil
 }
 
-func scanDelivery(row pgx.Row) (Delivery, error) {
+// scanDelivery reads deliveryColumns, then any extra columns into extra.
+func scanDelivery(row pgx.Row, extra ...any) (Delivery, error) {
 	var d Delivery
-	err := row.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
+	err := row.Scan(append([]any{&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
 		&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
-		&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt)
+		&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt}, extra...)...)
 	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
 	return d, err
 }

@@ -238,12 +238,19 @@ func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t outbox.T
 	ctx = context.WithoutCancel(ctx)
 	next := t
 	next.Attempt++
-	if err := w.pub.Publish(ctx, next.Message(due)); err != nil {
-		log.Warn("retry not scheduled; the outbox relay will", "error", err)
+	w.enqueue(ctx, log, next, due)
+}
+
+// enqueue publishes the message for attempt t.Attempt, due at due, and
+// marks it enqueued. If publishing fails the outbox relay sends it once it
+// is due; if only the mark fails, the relay may send it twice.
+func (w *Worker) enqueue(ctx context.Context, log *slog.Logger, t outbox.Task, due time.Time) {
+	if err := w.pub.Publish(ctx, t.Message(due)); err != nil {
+		log.Warn("next attempt not enqueued; the outbox relay will", "next_delivery_id", t.DeliveryID.String(), "error", err)
 		return
 	}
-	if err := w.store.markScheduled(ctx, t.DeliveryID, t.Attempt); err != nil {
-		log.Warn("retry scheduled but not marked; the relay may send it twice", "error", err)
+	if err := w.store.markScheduled(ctx, t.DeliveryID, t.Attempt-1); err != nil {
+		log.Warn("next attempt enqueued but not marked; the relay may send it twice", "next_delivery_id", t.DeliveryID.String(), "error", err)
 	}
 }
 
