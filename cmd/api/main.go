@@ -115,7 +115,11 @@ func run(ctx context.Context, args []string) error {
 	bgCtx, stopBG := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	for _, part := range []func(context.Context) error{events.Run, dispatcher.Run, relay.Run,
-		func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }} {
+		func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) },
+		// An ordered key whose release was lost with its worker.
+		func(ctx context.Context) error {
+			return delivery.RescueStalledKeys(ctx, deps.PG, log, 5*time.Second, 10*time.Second)
+		}} {
 		bg.Add(1)
 		go func() { defer bg.Done(); _ = part(bgCtx) }()
 	}

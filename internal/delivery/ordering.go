@@ -122,3 +122,45 @@ func (w *Worker) release(ctx context.Context, log *slog.Logger, key string) {
 	metrics.OrderedReleased.Inc()
 	w.enqueue(ctx, log, *next, time.Time{})
 }
+
+// stalledKeysSQL finds order keys whose first unfinished delivery has been
+// parked for longer than $1: the worker that finished the one before it
+// died between recording the outcome and releasing the next.
+const stalledKeysSQL = `SELECT DISTINCT d.order_key FROM deliveries d
+WHERE d.parked_at < now() - $1::interval AND d.status IN ('pending', 'retrying')
+  AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.order_key = d.order_key
+                  AND p.status IN ('pending', 'retrying') AND (p.event_id, p.id) < (d.event_id, d.id))
+LIMIT 100`
+
+// RescueStalledKeys releases, every interval until ctx ends, the parked
+// head of any order key whose release was lost; the outbox relay then
+// enqueues it (ReleaseNext leaves it unmarked and due).
+func RescueStalledKeys(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, interval, age time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		rows, err := pool.Query(ctx, stalledKeysSQL, age)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("stalled order keys not checked", "error", err)
+			}
+			continue
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			continue
+		}
+		for _, k := range keys {
+			if t, err := ReleaseNext(ctx, pool, k); err == nil && t != nil {
+				metrics.OrderedReleased.Inc()
+				log.Warn("released the parked head of an order key whose release was lost", "order_key", k,
+					"delivery_id", t.DeliveryID.String())
+			}
+		}
+	}
+}

@@ -134,6 +134,7 @@ CREATE INDEX deliveries_outbox_idx ON deliveries ((coalesce(next_attempt_at, cre
     WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('pending', 'retrying');
 CREATE INDEX deliveries_order_idx ON deliveries (order_key, event_id, id)
     WHERE order_key IS NOT NULL AND status IN ('pending', 'retrying');
+CREATE INDEX deliveries_parked_idx ON deliveries (parked_at) WHERE parked_at IS NOT NULL;
 CREATE INDEX deliveries_exhausted_idx ON deliveries (tenant_id, id) WHERE status = 'exhausted';
 CREATE UNIQUE INDEX deliveries_one_retry_idx ON deliveries (retry_of)
     WHERE retry_of IS NOT NULL AND status IN ('pending', 'retrying');
