@@ -1,10 +1,12 @@
 package delivery
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -231,8 +233,14 @@ RETURNING delivery_id`
 
 // recordBatch stores attempts; each result says whether that attempt was
 // recorded (false: another worker recorded this attempt number first).
+//
+// The rows are written in delivery id order, so that two batches holding
+// the same deliveries (duplicate messages) wait for each other instead of
+// deadlocking.
 func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, error) {
 	n := len(recs)
+	sorted := slices.Clone(recs)
+	slices.SortFunc(sorted, func(a, b attemptRecord) int { return bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]) })
 	ids, tenants, hooks := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
 	created, scheduled, executed := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 	numbers, durations := make([]int32, n), make([]int32, n)
@@ -240,7 +248,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 	categories, errs := make([]*string, n), make([]*string, n)
 	statuses, headers, samples := make([]string, n), make([]string, n), make([]string, n)
 	next := make([]*time.Time, n)
-	for i, r := range recs {
+	for i, r := range sorted {
 		res := r.Response
 		ids[i], tenants[i], hooks[i] = r.DeliveryID, r.TenantID, r.WebhookID
 		created[i], scheduled[i], executed[i] = r.CreatedAt, r.ScheduledAt, r.ExecutedAt
@@ -289,7 +297,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 // markScheduled records that the message for attempt attempts+1 is
 // confirmed by the broker (see outbox.MarkEnqueuedSQL).
 func (s *store) markScheduled(ctx context.Context, id uuid.UUID, attempts int) error {
-	_, err := s.pool.Exec(ctx, outbox.MarkEnqueuedSQL, []uuid.UUID{id}, []int32{int32(attempts)})
+	_, err := s.pool.Exec(ctx, outbox.MarkEnqueuedSQL, []uuid.UUID{id}, attempts)
 	return err
 }
 

@@ -45,8 +45,10 @@ func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dis
 // publishSQL inserts a batch of events and fans them out in one statement,
 // hence one transaction: every event of the batch is committed with all its
 // deliveries, or nothing is. Events whose idempotency key exists already
-// (or repeats within the batch) are skipped and return no row. Webhook
-// filters are matched by webhook.FilterSQL.
+// (or repeats within the batch) are skipped and return no row; each
+// inserted event returns one row of its own and one per delivery (a union,
+// not a join of the two lists, which Postgres would run as a nested loop:
+// events times deliveries). Webhook filters are matched by webhook.FilterSQL.
 var publishSQL = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[],
                          $7::text[], $8::text[], $9::text[], $10::timestamptz[])
@@ -64,7 +66,9 @@ var publishSQL = `WITH input AS (
     WHERE ` + webhook.FilterSQL("w.events", "ev.event_type") + `
     RETURNING id, event_id, webhook_id
 )
-SELECT ev.id, ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON ins.event_id = ev.id`
+SELECT id, NULL::uuid, NULL::uuid FROM ev
+UNION ALL
+SELECT event_id, id, webhook_id FROM ins`
 
 const existingSQL = `SELECT e.id, e.request_hash, e.event_type, e.priority, e.created_at,
     (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)

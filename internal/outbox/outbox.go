@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,38 +22,99 @@ type publisher interface {
 	Publish(ctx context.Context, msgs ...queue.Message) error
 }
 
-// MarkEnqueuedSQL records that the message for a delivery's next attempt is
-// confirmed. It names the attempt count the message was built for, so that
-// a late mark cannot cover a newer attempt's message that was not sent.
-const MarkEnqueuedSQL = `UPDATE deliveries d SET enqueued_at = now()
-FROM unnest($1::uuid[], $2::int[]) AS m(id, attempts)
-WHERE d.id = m.id AND d.attempt_count = m.attempts
-  AND d.enqueued_at IS NULL AND d.status IN ('pending', 'retrying')`
+// MarkEnqueuedSQL records that the messages for the next attempt of
+// deliveries $1 are confirmed, for deliveries whose attempt count is $2
+// (the count the messages were built for, so that a late mark cannot cover
+// a newer attempt's message that was not sent). See MarkEnqueued.
+//
+// It never waits for a row lock: a delivery locked by someone else is
+// being changed by a worker recording its attempt (after which this mark
+// would not apply) or by the relay (which marks it itself). Waiting there
+// would put the mark and a worker's batch of attempt records in each
+// other's way, a deadlock that Postgres breaks only after a second.
+//
+// The rows are found by id = ANY($1) alone, so that the plan is a primary
+// key lookup per id whatever the table's statistics say (a new database
+// has none), never a scan of the table or a join rescanning the array.
+const MarkEnqueuedSQL = `WITH locked AS (
+    SELECT id FROM deliveries
+    WHERE id = ANY($1::uuid[]) AND attempt_count = $2
+      AND enqueued_at IS NULL AND status IN ('pending', 'retrying')
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE deliveries d SET enqueued_at = now() FROM locked WHERE d.id = locked.id`
+
+// MarkEnqueued marks the deliveries of tasks enqueued: one statement per
+// distinct attempt number among them (usually one).
+func MarkEnqueued(ctx context.Context, db execer, tasks []Task) error {
+	byAttempts := map[int][]uuid.UUID{}
+	for _, t := range tasks {
+		byAttempts[t.Attempt-1] = append(byAttempts[t.Attempt-1], t.DeliveryID)
+	}
+	for attempts, ids := range byAttempts {
+		if _, err := db.Exec(ctx, MarkEnqueuedSQL, ids, attempts); err != nil {
+			return fmt.Errorf("mark %d deliveries enqueued: %w", len(ids), err)
+		}
+	}
+	return nil
+}
 
 // Dispatcher publishes deliveries right after commit, in batches, and marks
-// the confirmed ones enqueued. Enqueue never blocks the publisher's caller:
-// when the dispatcher is behind or the broker is down, tasks are dropped
-// here and the relay publishes them a few seconds later.
+// the confirmed ones enqueued. When the dispatcher is behind, Enqueue holds
+// the publisher's caller until there is room (at most enqueueWait), so
+// that a burst slows publishing down instead of overflowing to the relay;
+// when the broker is failing, or the wait runs out, tasks are dropped here
+// and the relay publishes them a few seconds later.
 type Dispatcher struct {
 	pool    *pgxpool.Pool
 	pub     publisher
 	log     *slog.Logger
 	in      chan Task
 	workers int
+	// healthy is false while publishing fails (or the dispatcher is not
+	// running): Enqueue then never waits.
+	healthy atomic.Bool
 }
+
+// dispatchBuffer bounds the deliveries waiting in memory. Small enough
+// that one waits far less than the relay's Age before it is published,
+// so the relay does not send it a second time.
+const dispatchBuffer = 4096
+
+// enqueueWait is the longest Enqueue holds its caller for room.
+const enqueueWait = time.Second
 
 // NewDispatcher returns a dispatcher; Run starts it.
 func NewDispatcher(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan Task, 20_000), workers: 4}
+	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan Task, dispatchBuffer), workers: 4}
 }
 
 // Enqueue hands committed deliveries over for publishing.
 func (d *Dispatcher) Enqueue(tasks ...Task) {
-	for _, t := range tasks {
+	var deadline *time.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
+	for i, t := range tasks {
 		select {
 		case d.in <- t:
+			continue
 		default:
-			metrics.OutboxDropped.Inc()
+		}
+		if !d.healthy.Load() {
+			metrics.OutboxDropped.Add(float64(len(tasks) - i))
+			return
+		}
+		if deadline == nil {
+			deadline = time.NewTimer(enqueueWait)
+		}
+		select {
+		case d.in <- t:
+		case <-deadline.C:
+			metrics.OutboxDropped.Add(float64(len(tasks) - i))
+			return
 		}
 	}
 }
@@ -62,8 +124,12 @@ func (d *Dispatcher) Enqueue(tasks ...Task) {
 func (d *Dispatcher) Run(ctx context.Context) error {
 	drainCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(drainTimeout, cancel) })
+	stop := context.AfterFunc(ctx, func() {
+		d.healthy.Store(false)
+		time.AfterFunc(drainTimeout, cancel)
+	})
 	defer stop()
+	d.healthy.Store(ctx.Err() == nil)
 	done := make(chan struct{})
 	for range d.workers {
 		go func() {
@@ -74,6 +140,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for range d.workers {
 		<-done
 	}
+	d.healthy.Store(false)
 	return nil
 }
 
@@ -113,7 +180,9 @@ func (d *Dispatcher) loop(ctx, drainCtx context.Context) {
 			}
 		}
 		timer.Stop()
-		if err := publishAndMark(drainCtx, d.pool, d.pub, batch); err != nil {
+		err := publishAndMark(drainCtx, d.pool, d.pub, batch)
+		d.healthy.Store(err == nil && ctx.Err() == nil)
+		if err != nil {
 			d.log.Warn("post-commit publish failed; the relay will retry", "deliveries", len(batch), "error", err)
 		}
 	}
@@ -122,21 +191,14 @@ func (d *Dispatcher) loop(ctx, drainCtx context.Context) {
 // publishAndMark publishes tasks with confirms, then marks them enqueued.
 func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []Task) error {
 	msgs := make([]queue.Message, len(tasks))
-	ids := make([]uuid.UUID, len(tasks))
-	attempts := make([]int32, len(tasks))
 	for i, t := range tasks {
 		msgs[i] = t.Message(time.Time{})
-		ids[i] = t.DeliveryID
-		attempts[i] = int32(t.Attempt - 1)
 	}
 	if err := pub.Publish(ctx, msgs...); err != nil {
 		return fmt.Errorf("publish %d deliveries: %w", len(tasks), err)
 	}
 	metrics.OutboxPublished.Add(float64(len(tasks)))
-	if _, err := db.Exec(ctx, MarkEnqueuedSQL, ids, attempts); err != nil {
-		return fmt.Errorf("mark %d deliveries enqueued: %w", len(tasks), err)
-	}
-	return nil
+	return MarkEnqueued(ctx, db, tasks)
 }
 
 // execer is a pool or a transaction.

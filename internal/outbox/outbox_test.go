@@ -1,0 +1,163 @@
+package outbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/metrics"
+)
+
+func tasks(n int) []Task {
+	out := make([]Task, n)
+	for i := range out {
+		out[i] = Task{DeliveryID: uuid.New(), Attempt: 1}
+	}
+	return out
+}
+
+// fullDispatcher returns a dispatcher whose buffer of two is full.
+func fullDispatcher(healthy bool) *Dispatcher {
+	d := &Dispatcher{in: make(chan Task, 2)}
+	d.healthy.Store(healthy)
+	d.Enqueue(tasks(2)...)
+	return d
+}
+
+func TestEnqueueDropsAtOnceWhilePublishingFails(t *testing.T) {
+	d := fullDispatcher(false)
+	before := testutil.ToFloat64(metrics.OutboxDropped)
+	start := time.Now()
+	d.Enqueue(tasks(3)...)
+	require.Less(t, time.Since(start), enqueueWait/2, "an unhealthy dispatcher must not hold the publisher")
+	require.Equal(t, 3.0, testutil.ToFloat64(metrics.OutboxDropped)-before)
+	require.Len(t, d.in, 2)
+}
+
+func TestEnqueueWaitsForRoomWhileHealthy(t *testing.T) {
+	d := fullDispatcher(true)
+	before := testutil.ToFloat64(metrics.OutboxDropped)
+	extra := tasks(2)
+	returned := make(chan struct{})
+	go func() {
+		d.Enqueue(extra...)
+		close(returned)
+	}()
+	// Make room for the two extra tasks, one at a time, as the dispatcher's
+	// loop would; Enqueue returns once both are in.
+	got := []Task{<-d.in, <-d.in}
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enqueue did not return once there was room")
+	}
+	got = append(got, <-d.in, <-d.in)
+	require.Equal(t, extra, got[2:], "the waiting tasks went in, in order")
+	require.Equal(t, 0.0, testutil.ToFloat64(metrics.OutboxDropped)-before)
+}
+
+func TestEnqueueGivesUpAfterItsWait(t *testing.T) {
+	d := fullDispatcher(true)
+	before := testutil.ToFloat64(metrics.OutboxDropped)
+	start := time.Now()
+	d.Enqueue(tasks(2)...)
+	require.GreaterOrEqual(t, time.Since(start), enqueueWait)
+	require.Equal(t, 2.0, testutil.ToFloat64(metrics.OutboxDropped)-before, "left to the relay")
+}
+
+// seedDeliveries inserts n pending deliveries of one event and returns
+// their ids.
+func seedDeliveries(t *testing.T, pool *pgxpool.Pool, n int) []uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	tenant, hook, event := uuid.New(), uuid.New(), uuid.New()
+	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+VALUES ($1, 't', 60, 60, 10, 10)`, tenant)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+VALUES ($1, $2, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, hook, tenant)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, event, tenant)
+	require.NoError(t, err)
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+		_, err = pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
+			ids[i], tenant, event, hook)
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+func enqueued(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT enqueued_at IS NOT NULL FROM deliveries WHERE id = $1`, id).Scan(&ok))
+	return ok
+}
+
+// MarkEnqueued marks only the attempt its message was built for, and
+// neither waits for nor marks a delivery another transaction holds (a
+// worker recording its attempt), so it cannot deadlock with one.
+func TestMarkEnqueued(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	ids := seedDeliveries(t, pool, 4)
+	// ids[1] has had its first attempt: a message for attempt 1 is stale.
+	_, err := pool.Exec(ctx, `UPDATE deliveries SET attempt_count = 1, status = 'retrying' WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, ids[2])
+	require.NoError(t, err)
+
+	ts := []Task{{DeliveryID: ids[0], Attempt: 1}, {DeliveryID: ids[1], Attempt: 1}, {DeliveryID: ids[2], Attempt: 1},
+		{DeliveryID: ids[3], Attempt: 1}}
+	markCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, MarkEnqueued(markCtx, pool, ts), "the mark must not wait for the held row")
+
+	require.True(t, enqueued(t, pool, ids[0]))
+	require.False(t, enqueued(t, pool, ids[1]), "a message for an attempt already made marks nothing")
+	require.False(t, enqueued(t, pool, ids[2]), "a held row is skipped")
+	require.True(t, enqueued(t, pool, ids[3]))
+
+	// Several attempt numbers in one call: each delivery is matched with
+	// its own.
+	require.NoError(t, holder.Rollback(ctx))
+	_, err = pool.Exec(ctx, `UPDATE deliveries SET enqueued_at = NULL`)
+	require.NoError(t, err)
+	require.NoError(t, MarkEnqueued(ctx, pool, []Task{{DeliveryID: ids[1], Attempt: 2}, {DeliveryID: ids[2], Attempt: 1}, {DeliveryID: ids[0], Attempt: 3}}))
+	require.True(t, enqueued(t, pool, ids[1]))
+	require.True(t, enqueued(t, pool, ids[2]))
+	require.False(t, enqueued(t, pool, ids[0]))
+}
+
+// The mark inside a transaction covers rows that transaction holds itself
+// (the relay selects its rows FOR UPDATE, then marks them).
+func TestMarkEnqueuedCoversRowsItsTransactionHolds(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	ids := seedDeliveries(t, pool, 2)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = ANY($1) FOR UPDATE`, ids); err != nil {
+			return err
+		}
+		return MarkEnqueued(ctx, tx, []Task{{DeliveryID: ids[0], Attempt: 1}, {DeliveryID: ids[1], Attempt: 1}})
+	})
+	require.NoError(t, err)
+	require.True(t, enqueued(t, pool, ids[0]))
+	require.True(t, enqueued(t, pool, ids[1]))
+}
