@@ -56,7 +56,7 @@ var (
 	})
 	OutboxDropped = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "outbox_dispatch_skipped_total",
-		Help: "Deliveries the post-commit dispatcher had no room for; the relay publishes them.",
+		Help: "Deliveries the post-commit dispatcher did not take (no room within a second, or the broker failing); the relay publishes them.",
 	})
 	OutboxBacklog = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "outbox_backlog",

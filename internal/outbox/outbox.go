@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,7 @@ func MarkEnqueued(ctx context.Context, db execer, tasks []Task) error {
 }
 
 // Dispatcher publishes deliveries right after commit, in batches, and marks
-// the confirmed ones enqueued. When the dispatcher is behind, Enqueue holds
+// the confirmed ones enqueued markDelay later. When the dispatcher is behind, Enqueue holds
 // the publisher's caller until there is room (at most enqueueWait), so
 // that a burst slows publishing down instead of overflowing to the relay;
 // when the broker is failing, or the wait runs out, tasks are dropped here
@@ -130,16 +131,24 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	})
 	defer stop()
 	d.healthy.Store(ctx.Err() == nil)
+	marks := make(chan confirmed, 64)
+	marked := make(chan struct{})
+	go func() {
+		defer close(marked)
+		d.markLoop(ctx, drainCtx, marks)
+	}()
 	done := make(chan struct{})
 	for range d.workers {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			d.loop(ctx, drainCtx)
+			d.loop(ctx, drainCtx, marks)
 		}()
 	}
 	for range d.workers {
 		<-done
 	}
+	close(marks)
+	<-marked
 	d.healthy.Store(false)
 	return nil
 }
@@ -148,11 +157,25 @@ const (
 	maxBatch     = 500
 	batchWindow  = 2 * time.Millisecond
 	drainTimeout = 3 * time.Second
+	// markDelay is how long the dispatcher waits after the broker's
+	// confirm before it marks deliveries enqueued. Most are attempted and
+	// recorded within it, and the mark then finds nothing to write for
+	// them (it names the attempt count the message was for), which saves
+	// a row update per delivery. It stays well below the relay's Age (5
+	// s), so the relay does not take an unmarked delivery for a lost one.
+	markDelay = time.Second
 )
 
+// confirmed is a batch of deliveries the broker confirmed, to be marked
+// at due.
+type confirmed struct {
+	due   time.Time
+	tasks []Task
+}
+
 // loop takes batches until ctx ends, then until the buffer is empty or
-// drainCtx ends.
-func (d *Dispatcher) loop(ctx, drainCtx context.Context) {
+// drainCtx ends, publishes them and hands the confirmed ones to markLoop.
+func (d *Dispatcher) loop(ctx, drainCtx context.Context, marks chan<- confirmed) {
 	batch := make([]Task, 0, maxBatch)
 	for {
 		select {
@@ -180,16 +203,72 @@ func (d *Dispatcher) loop(ctx, drainCtx context.Context) {
 			}
 		}
 		timer.Stop()
-		err := publishAndMark(drainCtx, d.pool, d.pub, batch)
+		err := publish(drainCtx, d.pub, batch)
 		d.healthy.Store(err == nil && ctx.Err() == nil)
 		if err != nil {
 			d.log.Warn("post-commit publish failed; the relay will retry", "deliveries", len(batch), "error", err)
+			continue
+		}
+		marks <- confirmed{due: time.Now().Add(markDelay), tasks: slices.Clone(batch)}
+	}
+}
+
+// maxMark bounds the deliveries of one mark statement.
+const maxMark = 5000
+
+// markLoop marks confirmed batches once they are due, all those due
+// together in one statement (up to maxMark). Once ctx has ended it marks
+// what it holds without waiting. It returns when marks is closed and
+// everything it brought is marked.
+func (d *Dispatcher) markLoop(ctx, drainCtx context.Context, marks <-chan confirmed) {
+	var queue []confirmed
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stopping := ctx.Done()
+	for {
+		now := time.Now()
+		if ctx.Err() != nil {
+			now = time.Now().Add(markDelay)
+		}
+		var due []Task
+		for len(queue) > 0 && !queue[0].due.After(now) && len(due) < maxMark {
+			due = append(due, queue[0].tasks...)
+			queue = queue[1:]
+		}
+		if len(due) > 0 {
+			d.mark(drainCtx, due)
+			continue
+		}
+		var wake <-chan time.Time
+		if len(queue) > 0 {
+			timer.Reset(time.Until(queue[0].due))
+			wake = timer.C
+		}
+		select {
+		case c, ok := <-marks:
+			if !ok {
+				for _, c := range queue {
+					d.mark(drainCtx, c.tasks)
+				}
+				return
+			}
+			queue = append(queue, c)
+		case <-wake:
+		case <-stopping:
+			stopping = nil
 		}
 	}
 }
 
-// publishAndMark publishes tasks with confirms, then marks them enqueued.
-func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []Task) error {
+// mark marks tasks enqueued; a failure leaves them to the relay.
+func (d *Dispatcher) mark(ctx context.Context, tasks []Task) {
+	if err := MarkEnqueued(ctx, d.pool, tasks); err != nil {
+		d.log.Warn("confirmed deliveries not marked enqueued; the relay may send them again", "deliveries", len(tasks), "error", err)
+	}
+}
+
+// publish publishes tasks with confirms.
+func publish(ctx context.Context, pub publisher, tasks []Task) error {
 	msgs := make([]queue.Message, len(tasks))
 	for i, t := range tasks {
 		msgs[i] = t.Message(time.Time{})
@@ -198,6 +277,14 @@ func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []Task)
 		return fmt.Errorf("publish %d deliveries: %w", len(tasks), err)
 	}
 	metrics.OutboxPublished.Add(float64(len(tasks)))
+	return nil
+}
+
+// publishAndMark publishes tasks with confirms, then marks them enqueued.
+func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []Task) error {
+	if err := publish(ctx, pub, tasks); err != nil {
+		return err
+	}
 	return MarkEnqueued(ctx, db, tasks)
 }
 

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/queue"
 )
 
 func tasks(n int) []Task {
@@ -160,4 +163,56 @@ func TestMarkEnqueuedCoversRowsItsTransactionHolds(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, enqueued(t, pool, ids[0]))
 	require.True(t, enqueued(t, pool, ids[1]))
+}
+
+// fakePublisher confirms every message at once and remembers their ids.
+type fakePublisher struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (p *fakePublisher) Publish(_ context.Context, msgs ...queue.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.ids = append(p.ids, m.ID)
+	}
+	return nil
+}
+
+func (p *fakePublisher) published() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ids)
+}
+
+// The dispatcher publishes at once and marks a second after the confirm,
+// when most deliveries are recorded already and need no mark; on shutdown
+// it marks what it holds without waiting.
+func TestDispatcherMarksAfterItsDelay(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ids := seedDeliveries(t, pool, 3)
+	pub := &fakePublisher{}
+	d := NewDispatcher(pool, pub, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	// ids[1] is attempted and recorded before its mark: the mark must
+	// leave it alone.
+	_, err := pool.Exec(context.Background(), `UPDATE deliveries SET attempt_count = 1, status = 'succeeded' WHERE id = $1`, ids[1])
+	require.NoError(t, err)
+	enqueuedAt := time.Now()
+	d.Enqueue(Task{DeliveryID: ids[0], Attempt: 1}, Task{DeliveryID: ids[1], Attempt: 1})
+	require.Eventually(t, func() bool { return pub.published() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return enqueued(t, pool, ids[0]) }, 10*time.Second, 20*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(enqueuedAt), markDelay, "marked before its delay")
+	require.False(t, enqueued(t, pool, ids[1]), "a recorded delivery is not marked")
+
+	d.Enqueue(Task{DeliveryID: ids[2], Attempt: 1})
+	require.Eventually(t, func() bool { return pub.published() == 3 }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.True(t, enqueued(t, pool, ids[2]), "marked at shutdown")
 }
