@@ -92,6 +92,14 @@ JOIN tenants t ON t.id = d.tenant_id
 LEFT JOIN circuit_breaker_states c ON c.webhook_id = d.webhook_id
 WHERE d.id = ANY($1)`
 
+// The worker's statements on deliveries (this load, the attempt record and
+// the enqueue mark) find their rows by id = ANY($1) and run with
+// pgx.QueryExecModeCacheDescribe: planned at each execution, never from a
+// cached generic plan. A generic plan is made once, from the statistics of
+// the moment; made while the table was small (a new database), it scans
+// the whole table, and keeps doing so on every call as the table grows
+// until the next ANALYZE.
+
 // loadResult is a job or errGone.
 type loadResult struct {
 	job job
@@ -101,7 +109,7 @@ type loadResult struct {
 // loadBatch loads the jobs of several deliveries with one query; the
 // secrets are those active at the time of loading.
 func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, error) {
-	rows, err := s.pool.Query(ctx, loadJobsSQL, ids)
+	rows, err := s.pool.Query(ctx, loadJobsSQL, pgx.QueryExecModeCacheDescribe, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d deliveries: %w", len(ids), err)
 	}
@@ -220,7 +228,7 @@ const recordSQL = `WITH input AS (
         enqueued_at = NULL, updated_at = now(),
         completed_at = CASE WHEN i.status IN ('succeeded', 'exhausted') THEN now() END
     FROM input i
-    WHERE d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
+    WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
     RETURNING d.id
 )
 INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
@@ -274,7 +282,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 		}
 		headers[i] = string(h)
 	}
-	rows, err := s.pool.Query(ctx, recordSQL, ids, created, numbers, tenants, codes, categories, errs,
+	rows, err := s.pool.Query(ctx, recordSQL, pgx.QueryExecModeCacheDescribe, ids, created, numbers, tenants, codes, categories, errs,
 		durations, statuses, headers, samples, next, hooks, scheduled, executed)
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
@@ -297,7 +305,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 // markScheduled records that the message for attempt attempts+1 is
 // confirmed by the broker (see outbox.MarkEnqueuedSQL).
 func (s *store) markScheduled(ctx context.Context, id uuid.UUID, attempts int) error {
-	_, err := s.pool.Exec(ctx, outbox.MarkEnqueuedSQL, []uuid.UUID{id}, attempts)
+	_, err := s.pool.Exec(ctx, outbox.MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, []uuid.UUID{id}, attempts)
 	return err
 }
 

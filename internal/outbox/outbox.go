@@ -34,9 +34,11 @@ type publisher interface {
 // would put the mark and a worker's batch of attempt records in each
 // other's way, a deadlock that Postgres breaks only after a second.
 //
-// The rows are found by id = ANY($1) alone, so that the plan is a primary
-// key lookup per id whatever the table's statistics say (a new database
-// has none), never a scan of the table or a join rescanning the array.
+// The rows are found by id = ANY($1) alone, and MarkEnqueued plans the
+// statement at each execution (pgx.QueryExecModeCacheDescribe), so that
+// the plan is a primary key lookup per id, never a scan of the table (a
+// generic plan made while the table was small) nor a join rescanning the
+// array.
 const MarkEnqueuedSQL = `WITH locked AS (
     SELECT id FROM deliveries
     WHERE id = ANY($1::uuid[]) AND attempt_count = $2
@@ -53,7 +55,7 @@ func MarkEnqueued(ctx context.Context, db execer, tasks []Task) error {
 		byAttempts[t.Attempt-1] = append(byAttempts[t.Attempt-1], t.DeliveryID)
 	}
 	for attempts, ids := range byAttempts {
-		if _, err := db.Exec(ctx, MarkEnqueuedSQL, ids, attempts); err != nil {
+		if _, err := db.Exec(ctx, MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, ids, attempts); err != nil {
 			return fmt.Errorf("mark %d deliveries enqueued: %w", len(ids), err)
 		}
 	}
