@@ -262,9 +262,12 @@ func TestExhaustedNotificationDoesNotLoop(t *testing.T) {
 	catchAll := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	s.fastHook(catchAll.URL, nil) // "*": every event of the tenant, but no notification
 
-	orig := s.deliveryOf(s.publish("order.created", map[string]any{"id": 9}))
+	event := s.publish("order.created", map[string]any{"id": 9})
+	var orig uuid.UUID
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`, event, hook).Scan(&orig))
 	s.waitStatus(orig, "exhausted", 15*time.Second)
 	eventually(t, 20*time.Second, func() bool { return len(watcher.requests()) == 1 }, "the notification to arrive")
+	eventually(t, 20*time.Second, func() bool { return len(catchAll.requests()) == 1 }, "the event itself to reach the catch-all webhook")
 	var n struct {
 		Type string         `json:"event_type"`
 		Data map[string]any `json:"data"`
