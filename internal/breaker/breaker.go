@@ -211,10 +211,17 @@ func (b *Breaker) Allow(ctx context.Context, webhookID string, cfg Config, now t
 	if err := cfg.Validate(); err != nil {
 		return Verdict{}, "", err
 	}
-	res, err := allowScript.Run(ctx, b.rdb, b.keys(webhookID),
-		now.UnixMilli(), cfg.SleepWindow.Milliseconds(), cfg.HalfOpenMaxCalls,
-		probeLease.Milliseconds(), cfg.ttl().Milliseconds(), halfOpenRetryIn.Milliseconds(),
-	).Slice()
+	return allowResult(webhookID, allowScript.Run(ctx, b.rdb, b.keys(webhookID), allowArgs(cfg, now)...))
+}
+
+func allowArgs(cfg Config, now time.Time) []any {
+	return []any{now.UnixMilli(), cfg.SleepWindow.Milliseconds(), cfg.HalfOpenMaxCalls,
+		probeLease.Milliseconds(), cfg.ttl().Milliseconds(), halfOpenRetryIn.Milliseconds()}
+}
+
+// allowResult decodes allowScript's reply.
+func allowResult(webhookID string, cmd *redis.Cmd) (Verdict, Transition, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return Verdict{}, "", fmt.Errorf("breaker allow %s: %w", webhookID, err)
 	}
@@ -231,6 +238,31 @@ func (b *Breaker) Allow(ctx context.Context, webhookID string, cfg Config, now t
 	}
 	return v, tr, nil
 }
+
+// AllowCall is an Allow queued on a pipeline (QueueAllow); Result reads
+// its reply once the pipeline has run.
+type AllowCall struct {
+	cmd       *redis.Cmd
+	webhookID string
+}
+
+// QueueAllow queues Allow on pipe, so that it travels to Redis with other
+// calls in one round trip (a pipeline from Pipeline).
+func (b *Breaker) QueueAllow(ctx context.Context, pipe redis.Pipeliner, webhookID string, cfg Config, now time.Time) (*AllowCall, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cmd := allowScript.Eval(ctx, pipe, b.keys(webhookID), allowArgs(cfg, now)...)
+	return &AllowCall{cmd: cmd, webhookID: webhookID}, nil
+}
+
+// Result is the queued Allow's outcome, as Allow returns it.
+func (c *AllowCall) Result() (Verdict, Transition, error) {
+	return allowResult(c.webhookID, c.cmd)
+}
+
+// Pipeline returns a pipeline on the breaker's Redis client.
+func (b *Breaker) Pipeline() redis.Pipeliner { return b.rdb.Pipeline() }
 
 // Record counts the outcome of a delivery attempted at now; probe says
 // whether Allow let it through as a probe.

@@ -66,38 +66,70 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Po
 		}
 		forcedClosed = true
 	}
-	probe := false
+	// The breaker check and the bucket take travel to Redis together, in
+	// one round trip; a token drawn for an attempt the breaker refuses is
+	// given back, so that an open circuit spends none.
+	pipe := g.breaker.Pipeline()
+	var allow *breaker.AllowCall
+	var allowErr error
 	if j.Breaker.Enabled && !forcedClosed {
-		v, tr, err := g.breaker.Allow(ctx, t.WebhookID.String(), breakerConfig(j), now)
+		allow, allowErr = g.breaker.QueueAllow(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now)
+	}
+	buckets := bucketsOf(t, j)
+	take, takeErr := g.limits.QueueTake(ctx, pipe, now, buckets...)
+	if allow != nil || take != nil {
+		_, _ = pipe.Exec(ctx) // each call's error is read from its result
+	}
+	takeResult := func() (bool, time.Duration, error) {
+		if takeErr != nil {
+			return false, 0, takeErr
+		}
+		if take == nil {
+			return true, 0, nil
+		}
+		return take.Result()
+	}
+	refund := func() {
+		if ok, _, err := takeResult(); err == nil && ok {
+			if err := g.limits.Refund(context.WithoutCancel(ctx), now, buckets...); err != nil {
+				g.fallback(err)
+			}
+		}
+	}
+
+	probe := false
+	if allow != nil || allowErr != nil {
+		v, tr, err := breaker.Verdict{}, breaker.NoTransition, allowErr
+		if err == nil {
+			v, tr, err = allow.Result()
+		}
 		switch {
 		case err != nil:
 			g.fallback(err)
 			if c := j.Circuit; c != nil && c.State == "open" && now.Sub(c.UpdatedAt) < fallbackMaxAge {
+				refund()
 				return admission{delay: halfOpenNoProbe, reason: "circuit_open"}
 			}
 		default:
 			metrics.RedisFallback.Set(0)
 			g.transition(ctx, t, j, tr, now)
 			if !v.Allowed {
+				refund()
 				return admission{delay: postponeFor(t, policy, v.RetryIn, rnd), reason: "circuit_open"}
 			}
 			probe = v.Probe
 		}
 	}
-	// Buckets after the breaker, so that an open circuit spends no token;
-	// a probe the buckets refuse is given back.
-	if buckets := bucketsOf(t, j); len(buckets) > 0 {
-		ok, wait, err := g.limits.Take(ctx, now, buckets...)
-		switch {
-		case err != nil:
-			g.fallback(err)
-		case !ok:
-			if probe {
-				g.release(ctx, t)
-			}
-			metrics.RateLimitHits.WithLabelValues("delivery").Inc()
-			return admission{delay: max(wait, 10*time.Millisecond), reason: "rate_limited"}
+	ok, wait, err := takeResult()
+	switch {
+	case err != nil:
+		g.fallback(err)
+	case !ok:
+		if probe {
+			g.release(ctx, t)
 		}
+		metrics.RateLimitHits.WithLabelValues("delivery").Inc()
+		return admission{delay: max(wait, 10*time.Millisecond), reason: "rate_limited"}
 	}
 	return admission{allowed: true, probe: probe}
 }

@@ -98,6 +98,56 @@ func (l *Limiter) Take(ctx context.Context, now time.Time, buckets ...Bucket) (o
 	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
 }
 
+// TakeCall is a Take queued on a pipeline (QueueTake); Result reads its
+// reply once the pipeline has run.
+type TakeCall struct {
+	cmd  *redis.Cmd
+	keys []string
+}
+
+// QueueTake queues a Take of one token from every bucket on pipe, so that
+// it travels to Redis with other calls in one round trip. With no bucket
+// it returns nil: nothing to take.
+func (l *Limiter) QueueTake(ctx context.Context, pipe redis.Pipeliner, now time.Time, buckets ...Bucket) (*TakeCall, error) {
+	if len(buckets) == 0 {
+		return nil, nil
+	}
+	keys, args, err := l.scriptInput(now, buckets)
+	if err != nil {
+		return nil, err
+	}
+	return &TakeCall{cmd: takeScript.Eval(ctx, pipe, keys, args...), keys: keys}, nil
+}
+
+// Result is the queued Take's outcome, as Take returns it.
+func (c *TakeCall) Result() (ok bool, wait time.Duration, err error) {
+	res, err := c.cmd.Int64Slice()
+	if err != nil {
+		return false, 0, fmt.Errorf("rate limit take %s: %w", c.keys, err)
+	}
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("rate limit take %s: unexpected reply %v", c.keys, res)
+	}
+	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
+}
+
+// Refund gives back the token a successful Take drew from every bucket
+// (the attempt it was for did not happen). A bucket never exceeds its
+// burst, and a bucket whose key has expired is full already.
+func (l *Limiter) Refund(ctx context.Context, now time.Time, buckets ...Bucket) error {
+	if len(buckets) == 0 {
+		return nil
+	}
+	keys, args, err := l.scriptInput(now, buckets)
+	if err != nil {
+		return err
+	}
+	if err := refundScript.Run(ctx, l.rdb, keys, args...).Err(); err != nil {
+		return fmt.Errorf("rate limit refund %s: %w", keys, err)
+	}
+	return nil
+}
+
 // scriptInput validates the buckets and lays them out for takeScript.
 func (l *Limiter) scriptInput(now time.Time, buckets []Bucket) ([]string, []any, error) {
 	keys := make([]string, len(buckets))
@@ -148,4 +198,18 @@ for i, key in ipairs(KEYS) do
   redis.call('PEXPIRE', key, math.ceil((b[3] - b[1]) / b[4]) + margin)
 end
 return {1, 0}
+`)
+
+// refundScript: the input of takeScript. Adds one token to every bucket
+// that exists, up to its burst; the refill time ts is left alone.
+var refundScript = redis.NewScript(`
+local UNIT = ` + strconv.Itoa(unitsPerToken) + `
+for i, key in ipairs(KEYS) do
+  local cap = tonumber(ARGV[2 + 2 * i]) * UNIT
+  local t = tonumber(redis.call('HGET', key, 't'))
+  if t ~= nil then
+    redis.call('HSET', key, 't', string.format('%d', math.min(t + UNIT, cap)))
+  end
+end
+return 0
 `)

@@ -248,3 +248,45 @@ func TestPerSecond(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, Limit{PerMinute: 60_000, Burst: 1000}, PerSecond(1000, 1000))
 }
+
+// A Take queued on a pipeline decides as Take does; Refund gives the token
+// back, never beyond the burst.
+func TestQueuedTakeAndRefund(t *testing.T) {
+	f := newFixture(t)
+	b := Bucket{Key: "webhook:q", Limit: Limit{PerMinute: 1, Burst: 2}}
+	pipe := f.rdb.Pipeline()
+	first, err := f.l.QueueTake(f.ctx, pipe, t0, b)
+	require.NoError(t, err)
+	second, err := f.l.QueueTake(f.ctx, pipe, t0, b)
+	require.NoError(t, err)
+	third, err := f.l.QueueTake(f.ctx, pipe, t0, b)
+	require.NoError(t, err)
+	_, err = pipe.Exec(f.ctx)
+	require.NoError(t, err)
+	for i, c := range []*TakeCall{first, second} {
+		ok, wait, err := c.Result()
+		require.NoError(t, err)
+		require.True(t, ok, "take %d", i+1)
+		require.Zero(t, wait)
+	}
+	ok, wait, err := third.Result()
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, time.Minute, wait)
+
+	require.NoError(t, f.l.Refund(f.ctx, t0, b))
+	f.requireTakes(1, t0, b)
+	f.requireRefused(time.Minute, t0, b)
+
+	// A full bucket stays at its burst.
+	full := Bucket{Key: "webhook:full", Limit: Limit{PerMinute: 1, Burst: 1}}
+	f.requireTakes(1, t0, full)
+	require.NoError(t, f.l.Refund(f.ctx, t0, full))
+	require.NoError(t, f.l.Refund(f.ctx, t0, full))
+	f.requireTakes(1, t0, full)
+	f.requireRefused(time.Minute, t0, full)
+
+	none, err := f.l.QueueTake(f.ctx, f.rdb.Pipeline(), t0)
+	require.NoError(t, err)
+	require.Nil(t, none, "no bucket, nothing queued")
+}

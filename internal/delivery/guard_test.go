@@ -1,0 +1,97 @@
+package delivery
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/redistest"
+	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// guardFixture is a Guard on a Redis key prefix of its own, for a webhook
+// whose bucket holds one token refilled once a minute.
+type guardFixture struct {
+	ctx    context.Context
+	rdb    *redis.Client
+	prefix string
+	guard  *Guard
+	limits *ratelimit.Limiter
+	task   outbox.Task
+	job    job
+}
+
+func newGuardFixture(t *testing.T) *guardFixture {
+	t.Helper()
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := redistest.Prefix(t)
+	limits := ratelimit.New(rdb, prefix)
+	f := &guardFixture{ctx: context.Background(), rdb: rdb, prefix: prefix, limits: limits,
+		guard: NewGuard(breaker.New(rdb, prefix), limits, nil, slog.New(slog.DiscardHandler)),
+		task:  outbox.Task{DeliveryID: uuid.New(), WebhookID: uuid.New(), TenantID: uuid.New(), Attempt: 1},
+		job:   job{Breaker: webhook.DefaultBreakerConfig(), RateLimit: webhook.RateLimit{RequestsPerMinute: 1, Burst: 1}}}
+	f.job.Breaker.Enabled = true
+	return f
+}
+
+func (f *guardFixture) admit(now time.Time) admission {
+	return f.guard.admit(f.ctx, f.task, f.job, retry.Policy{}, now, func() float64 { return 0.5 })
+}
+
+// bucketHasToken takes the webhook bucket's token directly, if it has one.
+func (f *guardFixture) bucketHasToken(t *testing.T, now time.Time) bool {
+	t.Helper()
+	ok, _, err := f.limits.Take(f.ctx, now, bucketsOf(f.task, f.job)...)
+	require.NoError(t, err)
+	return ok
+}
+
+// The breaker check and the bucket take go to Redis together; an open
+// circuit refuses the attempt and gives the token back, so that it spends
+// none.
+func TestGuardOpenCircuitSpendsNoToken(t *testing.T) {
+	f := newGuardFixture(t)
+	now := time.UnixMilli(1_700_000_000_000)
+	state := f.prefix + "breaker:{" + f.task.WebhookID.String() + "}:state"
+	require.NoError(t, f.rdb.HSet(f.ctx, state, "state", "open", "opened_at", now.UnixMilli(), "sleep_ms", 60_000).Err())
+	for i := range 3 {
+		adm := f.admit(now.Add(time.Duration(i) * time.Second))
+		require.False(t, adm.allowed)
+		require.Equal(t, "circuit_open", adm.reason)
+		require.Greater(t, adm.delay, time.Duration(0))
+	}
+	require.True(t, f.bucketHasToken(t, now.Add(3*time.Second)), "the open circuit spent the bucket's token")
+}
+
+// With the circuit closed the attempt takes the token, and the next one is
+// refused by the bucket with the time until the next token.
+func TestGuardClosedCircuitTakesTheToken(t *testing.T) {
+	f := newGuardFixture(t)
+	now := time.UnixMilli(1_700_000_000_000)
+	require.True(t, f.admit(now).allowed)
+	adm := f.admit(now)
+	require.False(t, adm.allowed)
+	require.Equal(t, "rate_limited", adm.reason)
+	require.Equal(t, time.Minute, adm.delay)
+	require.False(t, f.bucketHasToken(t, now))
+}
+
+// Without a breaker (disabled) the bucket alone decides.
+func TestGuardWithoutBreakerUsesTheBucket(t *testing.T) {
+	f := newGuardFixture(t)
+	f.job.Breaker.Enabled = false
+	now := time.UnixMilli(1_700_000_000_000)
+	require.True(t, f.admit(now).allowed)
+	require.Equal(t, "rate_limited", f.admit(now).reason)
+}
