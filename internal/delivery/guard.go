@@ -80,17 +80,12 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Po
 	if allow != nil || take != nil {
 		_, _ = pipe.Exec(ctx) // each call's error is read from its result
 	}
-	takeResult := func() (bool, time.Duration, error) {
-		if takeErr != nil {
-			return false, 0, takeErr
-		}
-		if take == nil {
-			return true, 0, nil
-		}
-		return take.Result()
+	took, wait := true, time.Duration(0) // no bucket: nothing to take
+	if take != nil {
+		took, wait, takeErr = take.Result()
 	}
 	refund := func() {
-		if ok, _, err := takeResult(); err == nil && ok {
+		if take != nil && takeErr == nil && took {
 			if err := g.limits.Refund(context.WithoutCancel(ctx), now, buckets...); err != nil {
 				g.fallback(err)
 			}
@@ -120,11 +115,10 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Po
 			probe = v.Probe
 		}
 	}
-	ok, wait, err := takeResult()
 	switch {
-	case err != nil:
-		g.fallback(err)
-	case !ok:
+	case takeErr != nil:
+		g.fallback(takeErr)
+	case !took:
 		if probe {
 			g.release(ctx, t)
 		}

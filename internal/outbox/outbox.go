@@ -63,11 +63,12 @@ func MarkEnqueued(ctx context.Context, db execer, tasks []Task) error {
 }
 
 // Dispatcher publishes deliveries right after commit, in batches, and marks
-// the confirmed ones enqueued markDelay later. When the dispatcher is behind, Enqueue holds
-// the publisher's caller until there is room (at most enqueueWait), so
-// that a burst slows publishing down instead of overflowing to the relay;
-// when the broker is failing, or the wait runs out, tasks are dropped here
-// and the relay publishes them a few seconds later.
+// the confirmed ones enqueued markDelay later. When the dispatcher is
+// behind, Enqueue holds the publisher's caller until there is room (at
+// most enqueueWait), so that a burst slows publishing down instead of
+// overflowing to the relay; when the broker is failing, or the wait runs
+// out, tasks are dropped here and the relay publishes them a few seconds
+// later.
 type Dispatcher struct {
 	pool    *pgxpool.Pool
 	pub     publisher

@@ -88,14 +88,7 @@ func (l *Limiter) Take(ctx context.Context, now time.Time, buckets ...Bucket) (o
 	if err != nil {
 		return false, 0, err
 	}
-	res, err := takeScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return false, 0, fmt.Errorf("rate limit take %s: %w", keys, err)
-	}
-	if len(res) != 2 {
-		return false, 0, fmt.Errorf("rate limit take %s: unexpected reply %v", keys, res)
-	}
-	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
+	return (&TakeCall{cmd: takeScript.Run(ctx, l.rdb, keys, args...), keys: keys}).Result()
 }
 
 // TakeCall is a Take queued on a pipeline (QueueTake); Result reads its
