@@ -65,6 +65,11 @@ type DLQ struct {
 	// BatchConcurrency is how many batch operations one dlq process runs at
 	// once. Default 2.
 	BatchConcurrency int `yaml:"batch_concurrency"`
+	// BatchConcurrencyPerTenant is how many batch operations of one tenant
+	// run at once across every dlq process, so that one tenant's slow
+	// batches cannot hold every batch slot while another tenant's wait.
+	// Default 1.
+	BatchConcurrencyPerTenant int `yaml:"batch_concurrency_per_tenant"`
 	// BatchClaimTimeout is how long a running batch may go without a
 	// heartbeat from the dlq process that claimed it before another one
 	// takes it over (its process died). Default 30s.
@@ -102,6 +107,18 @@ type Worker struct {
 	// so that one slow endpoint cannot hold every worker; deliveries over it
 	// are postponed, not attempted. Default 5.
 	MaxConnsPerHost int `yaml:"max_conns_per_host"`
+	// HostQueueWait is how long a delivery waits inside the worker for a
+	// free connection to its endpoint host before it is deferred to the
+	// host's next estimated free slot. Default 500ms.
+	HostQueueWait Duration `yaml:"host_queue_wait"`
+	// ReservedSlots are the delivery slots of a worker that only tenants
+	// below their fair share (Concurrency divided by the tenants with work
+	// in flight) may take: a tenant over its share, or alone, never holds
+	// more than Concurrency - ReservedSlots, so a newly busy tenant always
+	// finds room at once. At most half of Concurrency is reserved, whatever
+	// is set. Default 32 (an eighth of the default concurrency). See
+	// docs/SCHEDULING.md.
+	ReservedSlots int `yaml:"reserved_slots"`
 }
 
 // Database configures the Postgres system of record.
@@ -202,9 +219,11 @@ func Default() Config {
 			Prefetch:        256,
 			ConnectTimeout:  Duration(10 * time.Second),
 			MaxConnsPerHost: 5,
+			HostQueueWait:   Duration(500 * time.Millisecond),
+			ReservedSlots:   32,
 		},
 		ShutdownGrace: Duration(25 * time.Second),
-		DLQ:           DLQ{BatchConcurrency: 2, BatchClaimTimeout: Duration(30 * time.Second)},
+		DLQ:           DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: Duration(30 * time.Second)},
 		Retention: Retention{
 			Interval:    Duration(time.Hour),
 			AttemptsAge: Duration(90 * 24 * time.Hour),
@@ -373,6 +392,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.MaxConnsPerHost < 1 || c.Worker.MaxConnsPerHost > 1000 {
 		bad("worker.max_conns_per_host", "must be between 1 and 1000, got %d", c.Worker.MaxConnsPerHost)
+	}
+	if c.Worker.HostQueueWait.D() < 0 || c.Worker.HostQueueWait.D() > 30*time.Second {
+		bad("worker.host_queue_wait", "must be between 0 and 30s")
+	}
+	if c.Worker.ReservedSlots < 0 || c.Worker.ReservedSlots > 10_000 {
+		bad("worker.reserved_slots", "must be between 0 and 10000, got %d", c.Worker.ReservedSlots)
+	}
+	if c.DLQ.BatchConcurrencyPerTenant < 1 || c.DLQ.BatchConcurrencyPerTenant > 100 {
+		bad("dlq.batch_concurrency_per_tenant", "must be between 1 and 100, got %d", c.DLQ.BatchConcurrencyPerTenant)
 	}
 	if c.DLQ.BatchConcurrency < 1 || c.DLQ.BatchConcurrency > 100 {
 		bad("dlq.batch_concurrency", "must be between 1 and 100, got %d", c.DLQ.BatchConcurrency)
