@@ -65,6 +65,7 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	gauges := dlq.NewGauges(deps.PG, deps.AMQP, topo, log)
 	partitions := func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }
 	batches := dlq.NewRunner(deps.PG, dispatcher, log, cfg.DLQ.BatchConcurrency, cfg.DLQ.BatchClaimTimeout.D())
+	batches.ConcurrencyPerTenant = cfg.DLQ.BatchConcurrencyPerTenant
 	return []process.Part{consumer.Run, dlq.NewSweeper(deps.PG, dispatcher, log).Run, gauges.Run, partitions,
 		dispatcher.Run, batches.Run, retention.New(deps.PG, cfg.Retention, log).Run}, nil
 }

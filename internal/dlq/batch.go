@@ -2,7 +2,6 @@ package dlq
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,41 +36,23 @@ type Runner struct {
 	ID string
 	// Concurrency is how many batches this process runs at once.
 	Concurrency int
+	// ConcurrencyPerTenant is how many batches of one tenant run at once
+	// across every dlq process (see claim.go); at least 1. NewRunner sets
+	// it to 1, the config's default.
+	ConcurrencyPerTenant int
 	// ClaimTimeout is how stale a claim must be to be taken over.
 	ClaimTimeout time.Duration
 	// Poll is how often the runner looks for work and updates outcomes.
 	Poll time.Duration
 }
 
-// NewRunner returns a runner named after the host and process id.
+// NewRunner returns a runner named after the host and process id, running
+// one batch per tenant at a time.
 func NewRunner(pool *pgxpool.Pool, d dispatcher, log *slog.Logger, concurrency int, claimTimeout time.Duration) *Runner {
 	host, _ := os.Hostname()
 	return &Runner{pool: pool, dispatch: d, log: log, ID: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
-		Concurrency: concurrency, ClaimTimeout: claimTimeout, Poll: time.Second}
+		Concurrency: concurrency, ConcurrencyPerTenant: 1, ClaimTimeout: claimTimeout, Poll: time.Second}
 }
-
-// claim is a batch as its runner needs it.
-type claim struct {
-	id        uuid.UUID
-	tenantID  uuid.UUID
-	filter    delivery.DeadLetterFilter
-	rps       int
-	priority  string
-	upto      *uuid.UUID
-	startedAt time.Time
-	last      *uuid.UUID
-}
-
-const claimSQL = `UPDATE batch_operations SET state = 'running', claimed_by = $1, heartbeat_at = now(),
-    started_at = coalesce(started_at, now())
-WHERE id = (
-    SELECT id FROM batch_operations
-    WHERE enqueued_all_at IS NULL
-      AND (state = 'pending' OR (state = 'running' AND heartbeat_at < now() - $2::interval))
-    ORDER BY created_at
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED)
-RETURNING id, tenant_id, filter, requests_per_second, priority, upto_delivery_id, started_at, last_delivery_id`
 
 // Run claims and runs batches, and keeps their outcome counts current,
 // until ctx ends. Batches in progress stop at their next chunk; their
@@ -114,24 +95,6 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-}
-
-func (r *Runner) claim(ctx context.Context) (claim, bool, error) {
-	var c claim
-	var filter []byte
-	err := r.pool.QueryRow(ctx, claimSQL, r.ID, r.ClaimTimeout).Scan(&c.id, &c.tenantID, &filter, &c.rps, &c.priority,
-		&c.upto, &c.startedAt, &c.last)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return claim{}, false, nil
-	}
-	if err != nil {
-		return claim{}, false, fmt.Errorf("claim batch operation: %w", err)
-	}
-	if err := json.Unmarshal(filter, &c.filter); err != nil {
-		r.fail(ctx, c.id, "the batch's filter cannot be read: "+err.Error())
-		return claim{}, false, nil
-	}
-	return c, true, nil
 }
 
 // errLost means the batch was cancelled, or claimed by another process
