@@ -1,19 +1,43 @@
-// Package ratelimit is the token buckets of SPEC section 8, kept in Redis so
-// that every worker and API instance draws from the same buckets.
+// Package ratelimit is the rate limits of SPEC section 8, kept in Redis so
+// that every worker and API instance draws from the same buckets. It offers
+// two mechanisms over the same Limit, for two kinds of caller.
 //
-// Take draws one token from several buckets at once (a webhook's and its
-// tenant's) in one Lua script: either every bucket gives a token or none
-// does. Time is never read from Redis: callers pass now, which keeps the
-// buckets deterministic in tests.
+// Take is for callers that answer "not now": the API's publish limit takes a
+// token or answers 429 with the wait. Take draws one token from several
+// buckets at once (a webhook's and its tenant's) in one Lua script: either
+// every bucket gives a token or none does.
 //
-// Each bucket is one hash, <prefix>ratelimit:<key>, with two integer fields:
-// t, the tokens held in units of 1/60000 token (so a limit of N per minute
-// refills exactly N units per millisecond and no float is ever stored), and
-// ts, the unix millisecond the tokens were counted at. A missing bucket is a
-// full one. Every write sets the key's TTL to the time it takes to refill
-// fully plus ttlMargin, after which the bucket would be full anyway.
+// Reserve is for deliveries, which must go out eventually and should not
+// spin through the broker asking again and again. Each Reserve is given its
+// own slot, the earliest moment every bucket allows one more request after
+// the reservations already made (GCRA's theoretical arrival time), and the
+// delivery waits for exactly that slot once: 3,000 deliveries into a
+// 60/minute webhook get 3,000 distinct slots a second apart instead of
+// retrying thousands of times. CancelReservation gives a slot back when its
+// delivery will not be sent.
 //
-// Because one script touches every bucket of a Take, the buckets must live
+// Time is never read from Redis: callers pass now, which keeps both
+// mechanisms deterministic in tests.
+//
+// Take's buckets are hashes, <prefix>ratelimit:<key>, with two integer
+// fields: t, the tokens held in units of 1/60000 token (so a limit of N per
+// minute refills exactly N units per millisecond and no float is ever
+// stored), and ts, the unix millisecond the tokens were counted at. A missing
+// bucket is a full one. Every write sets the key's TTL to the time it takes
+// to refill fully plus ttlMargin, after which the bucket would be full
+// anyway.
+//
+// Reserve's buckets live apart, in <prefix>reserve:<key>, because they hold
+// a time rather than tokens: the bucket's theoretical arrival time (tat),
+// when its schedule is next free, as three integer fields: ms, u and p, for
+// ms + u/p milliseconds, p being the PerMinute it was written with. In units
+// of 1/p ms an emission interval (60000/p ms) is exactly 60000 units, the
+// same scale as Take's tokens, so a limit such as 7 per minute never drifts
+// however long the backlog, and no float is ever stored. A missing bucket, or
+// one whose tat has passed, is idle. Every write sets the key's TTL to the
+// time until tat plus ttlMargin, after which the bucket would be idle anyway.
+//
+// Because one script touches every bucket of a call, the buckets must live
 // on one Redis node (a single server, or keys in one cluster slot).
 package ratelimit
 
@@ -31,11 +55,12 @@ import (
 // refilling PerMinute tokens a minute gains PerMinute units a millisecond.
 const unitsPerToken = 60_000
 
-// ttlMargin is added to the time to refill fully when setting a key's TTL.
+// ttlMargin is added to the time until a bucket would be full (Take) or idle
+// (Reserve) when setting its key's TTL.
 const ttlMargin = 10 * time.Second
 
-// ErrInvalidBucket is returned (wrapped) by Take for a bucket with no key, a
-// key given twice, or a limit below one token.
+// ErrInvalidBucket is returned (wrapped) by every call given a bucket with
+// no key, a key given twice, or a limit below one request.
 var ErrInvalidBucket = errors.New("invalid rate limit bucket")
 
 // Limit is the size and refill rate of a token bucket.
@@ -59,12 +84,12 @@ type Bucket struct {
 	// Key identifies the bucket under the Limiter's prefix, for example
 	// "webhook:<id>" or "tenant:<id>".
 	Key string
-	// Limit is applied on every Take, so a changed limit applies at once.
+	// Limit is applied on every call, so a changed limit applies at once.
 	Limit Limit
 }
 
-// Limiter takes tokens from buckets kept in Redis. It is safe for
-// concurrent use.
+// Limiter takes tokens from, and reserves slots in, buckets kept in Redis.
+// It is safe for concurrent use.
 type Limiter struct {
 	rdb    *redis.Client
 	prefix string
@@ -84,7 +109,7 @@ func (l *Limiter) Take(ctx context.Context, now time.Time, buckets ...Bucket) (o
 	if len(buckets) == 0 {
 		return true, 0, nil
 	}
-	keys, args, err := l.scriptInput(now, buckets)
+	keys, args, err := l.scriptInput(takeSpace, clockArgs(now), buckets)
 	if err != nil {
 		return false, 0, err
 	}
@@ -105,7 +130,7 @@ func (l *Limiter) QueueTake(ctx context.Context, pipe redis.Pipeliner, now time.
 	if len(buckets) == 0 {
 		return nil, nil
 	}
-	keys, args, err := l.scriptInput(now, buckets)
+	keys, args, err := l.scriptInput(takeSpace, clockArgs(now), buckets)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +156,7 @@ func (l *Limiter) Refund(ctx context.Context, now time.Time, buckets ...Bucket) 
 	if len(buckets) == 0 {
 		return nil
 	}
-	keys, args, err := l.scriptInput(now, buckets)
+	keys, args, err := l.scriptInput(takeSpace, clockArgs(now), buckets)
 	if err != nil {
 		return err
 	}
@@ -141,11 +166,25 @@ func (l *Limiter) Refund(ctx context.Context, now time.Time, buckets ...Bucket) 
 	return nil
 }
 
-// scriptInput validates the buckets and lays them out for takeScript.
-func (l *Limiter) scriptInput(now time.Time, buckets []Bucket) ([]string, []any, error) {
+// The key namespaces of the two mechanisms, under the Limiter's prefix.
+const (
+	takeSpace    = "ratelimit:"
+	reserveSpace = "reserve:"
+)
+
+// clockArgs is the head of every script's ARGV: now and the TTL margin, in
+// milliseconds.
+func clockArgs(now time.Time) []any {
+	return []any{now.UnixMilli(), ttlMargin.Milliseconds()}
+}
+
+// scriptInput validates the buckets and lays them out for a script: KEYS
+// are the buckets under space, ARGV is head followed by each bucket's
+// per_minute and burst.
+func (l *Limiter) scriptInput(space string, head []any, buckets []Bucket) ([]string, []any, error) {
 	keys := make([]string, len(buckets))
-	args := make([]any, 0, 2+2*len(buckets))
-	args = append(args, now.UnixMilli(), ttlMargin.Milliseconds())
+	args := make([]any, 0, len(head)+2*len(buckets))
+	args = append(args, head...)
 	seen := make(map[string]bool, len(buckets))
 	for i, b := range buckets {
 		switch {
@@ -157,7 +196,7 @@ func (l *Limiter) scriptInput(now time.Time, buckets []Bucket) ([]string, []any,
 			return nil, nil, fmt.Errorf("%w: %q: %d per minute, burst %d", ErrInvalidBucket, b.Key, b.Limit.PerMinute, b.Limit.Burst)
 		}
 		seen[b.Key] = true
-		keys[i] = l.prefix + "ratelimit:" + b.Key
+		keys[i] = l.prefix + space + b.Key
 		args = append(args, b.Limit.PerMinute, b.Limit.Burst)
 	}
 	return keys, args, nil
