@@ -21,6 +21,7 @@ import (
 	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/secret"
 )
 
@@ -41,6 +42,7 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	sender := delivery.NewSender(delivery.SenderConfig{
 		ConnectTimeout:  cfg.Worker.ConnectTimeout.D(),
 		MaxConnsPerHost: cfg.Worker.MaxConnsPerHost,
+		HostQueueWait:   cfg.Worker.HostQueueWait.D(),
 		UserAgent:       delivery.UserAgent,
 	}, policy)
 	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
@@ -51,10 +53,13 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	if err != nil {
 		return nil, err
 	}
-	w := delivery.NewWorker(deps.PG, sender, guard, pub, log).WithSecretKeys(keys)
+	gate := schedule.NewGate(schedule.GateConfig{Slots: cfg.Worker.Concurrency, Reserve: cfg.Worker.ReservedSlots})
+	w := delivery.NewWorker(deps.PG, sender, guard, pub, log).WithSecretKeys(keys).WithGate(gate)
 	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
-		Prefetch:    cfg.Worker.Prefetch,
-		Concurrency: cfg.Worker.Concurrency,
+		Prefetch: cfg.Worker.Prefetch,
+		// Beyond the slots, room to take in (and defer) the messages of
+		// tenants over their share while every slot is busy.
+		Concurrency: cfg.Worker.Concurrency + schedule.IntakeHeadroom(cfg.Worker.Concurrency),
 		Grace:       cfg.ShutdownGrace.D(),
 	}, w.Handle)
 	metrics.WorkerCapacity.Set(float64(cfg.Worker.Concurrency))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -59,21 +60,68 @@ func (o *Overrides) Load(ctx context.Context, webhookID uuid.UUID) (Persisted, b
 }
 
 // Force holds the circuit open or closed ("open", "closed") until until, or
-// indefinitely when until is nil.
+// indefinitely when until is nil. Forced closed, the deliveries parked
+// behind the circuit are released at once; forced open, they wait until
+// until (or until an operator acts).
 func (o *Overrides) Force(ctx context.Context, webhookID uuid.UUID, state string, until *time.Time) error {
 	if state != "open" && state != "closed" {
 		return fmt.Errorf("force circuit: state must be open or closed, got %q", state)
 	}
-	if _, err := o.pool.Exec(ctx, forceSQL, webhookID, state, until); err != nil {
-		return fmt.Errorf("force circuit: %w", err)
+	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, forceSQL, webhookID, state, until); err != nil {
+			return fmt.Errorf("force circuit: %w", err)
+		}
+		if state == "closed" {
+			return ReleaseParked(ctx, tx, webhookID)
+		}
+		return HoldParked(ctx, tx, webhookID, until)
+	})
+}
+
+// Reset clears any override, records the circuit as closed and releases
+// the deliveries parked behind it.
+func (o *Overrides) Reset(ctx context.Context, webhookID uuid.UUID) error {
+	return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, resetSQL, webhookID); err != nil {
+			return fmt.Errorf("reset circuit: %w", err)
+		}
+		return ReleaseParked(ctx, tx, webhookID)
+	})
+}
+
+// Deliveries held back by an open circuit wait in Postgres (park_reason
+// circuit_open, see package schedule) until next_attempt_at, when the
+// workers' wakers let the half-open probes go. The circuit's decisions
+// move that time: a close releases them all now (park_reason released,
+// which the wakers publish at once, every one), a re-opening holds them
+// until the next half-open period.
+const (
+	releaseParkedSQL = `UPDATE deliveries SET park_reason = 'released', next_attempt_at = now(), updated_at = now()
+WHERE webhook_id = $1 AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`
+	holdParkedSQL = `UPDATE deliveries SET next_attempt_at = $2, updated_at = now()
+WHERE webhook_id = $1 AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`
+)
+
+// execer is a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// ReleaseParked makes every delivery parked behind the webhook's circuit
+// due now: the circuit closed, or an operator reset or force-closed it.
+func ReleaseParked(ctx context.Context, db execer, webhookID uuid.UUID) error {
+	if _, err := db.Exec(ctx, releaseParkedSQL, webhookID); err != nil {
+		return fmt.Errorf("release deliveries parked behind circuit %s: %w", webhookID, err)
 	}
 	return nil
 }
 
-// Reset clears any override and records the circuit as closed.
-func (o *Overrides) Reset(ctx context.Context, webhookID uuid.UUID) error {
-	if _, err := o.pool.Exec(ctx, resetSQL, webhookID); err != nil {
-		return fmt.Errorf("reset circuit: %w", err)
+// HoldParked makes every delivery parked behind the webhook's circuit due
+// at until, the circuit's next half-open time (nil: until an operator
+// acts).
+func HoldParked(ctx context.Context, db execer, webhookID uuid.UUID, until *time.Time) error {
+	if _, err := db.Exec(ctx, holdParkedSQL, webhookID, until); err != nil {
+		return fmt.Errorf("hold deliveries parked behind circuit %s: %w", webhookID, err)
 	}
 	return nil
 }

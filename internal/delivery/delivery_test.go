@@ -67,25 +67,46 @@ func TestHostKey(t *testing.T) {
 func TestHostLimiter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l := newHostLimiter(2)
-	l.wait = 20 * time.Millisecond
-	require.True(t, l.acquire(ctx, "a"))
-	require.True(t, l.acquire(ctx, "a"))
-	require.False(t, l.acquire(ctx, "a"), "third concurrent request to one host")
-	require.True(t, l.acquire(ctx, "b"), "other hosts are not affected")
-	l.release("a")
-	require.True(t, l.acquire(ctx, "a"))
+	l := newHostLimiter(2, 20*time.Millisecond)
+	a1, a2 := l.acquire(ctx, "a"), l.acquire(ctx, "a")
+	require.NotNil(t, a1)
+	require.NotNil(t, a2)
+	require.Nil(t, l.acquire(ctx, "a"), "third concurrent request to one host")
+	require.NotNil(t, l.acquire(ctx, "b"), "other hosts are not affected")
+	l.release("a", a1)
+	a3 := l.acquire(ctx, "a")
+	require.NotNil(t, a3)
 
-	// A slot freed while waiting is taken.
-	done := make(chan bool)
+	// A request waits in the worker for a connection freed meanwhile.
+	done := make(chan *time.Time)
 	l.wait = 5 * time.Second
 	go func() { done <- l.acquire(ctx, "a") }()
-	l.release("a")
-	require.True(t, <-done)
+	l.release("a", a2)
+	require.NotNil(t, <-done)
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	require.False(t, l.acquire(cancelled, "a"), "no wait past the context")
+	require.Nil(t, l.acquire(cancelled, "a"), "no wait past the context")
+}
+
+// A request that found its host busy is deferred to the host's next
+// estimated free connection: one every hold/max, handed out one after the
+// other; requests in flight longer than the average stretch the estimate.
+func TestHostFreeAtHandsOutTheNextConnections(t *testing.T) {
+	t.Parallel()
+	l := newHostLimiter(4, time.Millisecond)
+	h := l.host("a")
+	h.hold = 8 * time.Second
+	now := time.Now()
+	first := l.freeAt("a", now)
+	require.Equal(t, now.Add(2*time.Second), first)
+	require.Equal(t, first.Add(2*time.Second), l.freeAt("a", now))
+
+	// A request in flight for 100 s: the host frees a connection every 25 s.
+	later := now.Add(time.Minute)
+	started := later.Add(-100 * time.Second)
+	h.started[&started] = struct{}{}
+	require.Equal(t, later.Add(25*time.Second), l.freeAt("a", later))
 }
 
 func TestBuildRequest(t *testing.T) {

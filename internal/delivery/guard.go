@@ -15,6 +15,7 @@ import (
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -41,7 +42,6 @@ func NewGuard(b *breaker.Breaker, l *ratelimit.Limiter, pool *pgxpool.Pool, log 
 
 const (
 	fallbackMaxAge  = 5 * time.Minute
-	maxForcedWait   = time.Minute
 	halfOpenNoProbe = 5 * time.Second
 )
 
@@ -49,26 +49,32 @@ const (
 type admission struct {
 	allowed bool
 	probe   bool
-	delay   time.Duration
-	reason  string // circuit_open or rate_limited when not allowed
+	// until is when a delivery not allowed may be looked at again; zero
+	// with reason circuit_open: until an operator acts.
+	until  time.Time
+	reason schedule.Reason // circuit_open or rate_limited when not allowed
+	// reserved: until is the delivery's own reserved rate-limit slot.
+	reserved bool
 }
 
-// admit decides about attempt t.Attempt of j at now.
-func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Policy, now time.Time, rnd func() float64) admission {
+// admit decides about attempt t.Attempt of j at now. reserved is true when
+// the message carries a rate-limit slot reserved for it that has come:
+// nothing more is drawn from the buckets.
+func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, now time.Time, reserved bool) admission {
 	forcedClosed := false
 	if c := j.Circuit; c != nil && c.ForcedState != nil && (c.ForcedUntil == nil || now.Before(*c.ForcedUntil)) {
 		if *c.ForcedState == "open" {
-			wait := maxForcedWait
+			var until time.Time // held until an operator acts
 			if c.ForcedUntil != nil {
-				wait = min(wait, c.ForcedUntil.Sub(now))
+				until = *c.ForcedUntil
 			}
-			return admission{delay: wait, reason: "circuit_open"}
+			return admission{until: until, reason: schedule.CircuitOpen}
 		}
 		forcedClosed = true
 	}
-	// The breaker check and the bucket take travel to Redis together, in
-	// one round trip; a token drawn for an attempt the breaker refuses is
-	// given back, so that an open circuit spends none.
+	// The breaker check and the slot reservation travel to Redis together,
+	// in one round trip; a slot reserved for an attempt the breaker
+	// refuses is given back, so that an open circuit spends none.
 	pipe := g.breaker.Pipeline()
 	var allow *breaker.AllowCall
 	var allowErr error
@@ -76,17 +82,21 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Po
 		allow, allowErr = g.breaker.QueueAllow(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now)
 	}
 	buckets := bucketsOf(t, j)
-	take, takeErr := g.limits.QueueTake(ctx, pipe, now, buckets...)
-	if allow != nil || take != nil {
+	var reserve *ratelimit.ReserveCall
+	var reserveErr error
+	if !reserved {
+		reserve, reserveErr = g.limits.QueueReserve(ctx, pipe, now, buckets...)
+	}
+	if allow != nil || reserve != nil {
 		_, _ = pipe.Exec(ctx) // each call's error is read from its result
 	}
-	took, wait := true, time.Duration(0) // no bucket: nothing to take
-	if take != nil {
-		took, wait, takeErr = take.Result()
+	slot := now // no bucket, or a slot already reserved: now
+	if reserve != nil {
+		slot, reserveErr = reserve.Result()
 	}
-	refund := func() {
-		if take != nil && takeErr == nil && took {
-			if err := g.limits.Refund(context.WithoutCancel(ctx), now, buckets...); err != nil {
+	cancel := func() {
+		if reserve != nil && reserveErr == nil {
+			if err := g.limits.CancelReservation(context.WithoutCancel(ctx), now, slot, buckets...); err != nil {
 				g.fallback(err)
 			}
 		}
@@ -102,47 +112,42 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, policy retry.Po
 		case err != nil:
 			g.fallback(err)
 			if c := j.Circuit; c != nil && c.State == "open" && now.Sub(c.UpdatedAt) < fallbackMaxAge {
-				refund()
-				return admission{delay: halfOpenNoProbe, reason: "circuit_open"}
+				cancel()
+				return admission{until: now.Add(halfOpenNoProbe), reason: schedule.CircuitOpen}
 			}
 		default:
 			metrics.RedisFallback.Set(0)
 			g.transition(ctx, t, j, tr, now)
 			if !v.Allowed {
-				refund()
-				return admission{delay: postponeFor(t, policy, v.RetryIn, rnd), reason: "circuit_open"}
+				cancel()
+				return admission{until: now.Add(v.RetryIn), reason: schedule.CircuitOpen}
 			}
 			probe = v.Probe
 		}
 	}
 	switch {
-	case takeErr != nil:
-		g.fallback(takeErr)
-	case !took:
+	case reserveErr != nil:
+		g.fallback(reserveErr)
+	case slot.Sub(now) > reservedSlack:
 		if probe {
 			g.release(ctx, t)
 		}
 		metrics.RateLimitHits.WithLabelValues("delivery").Inc()
-		return admission{delay: max(wait, 10*time.Millisecond), reason: "rate_limited"}
+		return admission{until: slot, reason: schedule.RateLimited, reserved: true}
 	}
 	return admission{allowed: true, probe: probe}
 }
+
+// reservedSlack is how far in the future a reserved slot may be and still
+// be taken as now: closer than that, waiting through the broker would only
+// be later.
+const reservedSlack = 20 * time.Millisecond
 
 // release gives back a probe that will not be sent.
 func (g *Guard) release(ctx context.Context, t outbox.Task) {
 	if err := g.breaker.Release(context.WithoutCancel(ctx), t.WebhookID.String()); err != nil {
 		g.fallback(err)
 	}
-}
-
-// postponeFor is how long a delivery waits for an open circuit: the rest of
-// the sleep window before its first attempt, and the shorter of that and
-// its next backoff after.
-func postponeFor(t outbox.Task, policy retry.Policy, retryIn time.Duration, rnd func() float64) time.Duration {
-	if t.Attempt <= 1 {
-		return retryIn
-	}
-	return min(retryIn, policy.Backoff(t.Attempt-1, "", 0, rnd))
 }
 
 // observe feeds an attempt's outcome to the breaker. Client errors other
@@ -200,11 +205,31 @@ func (g *Guard) transition(ctx context.Context, t outbox.Task, j job, tr breaker
 	if _, err := g.pool.Exec(context.WithoutCancel(ctx), persistSQL, t.WebhookID, state, openedAt, sleepMS, now); err != nil {
 		g.log.Warn("circuit state not persisted", "webhook_id", t.WebhookID.String(), "error", err)
 	}
+	g.moveParked(ctx, t, tr, openedAt, sleepMS)
 	if tr == breaker.Opened || tr == breaker.ClosedAgain {
 		g.recordOwnerEvent(ctx, t, j, tr, now, sleepMS)
 	}
 	g.log.Warn("circuit breaker transition", "tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
 		"transition", string(tr), "state", state, "sleep_window_ms", sleepMS)
+}
+
+// moveParked applies a circuit's decision to the deliveries parked behind
+// it: released on a close, held until the next half-open time on an
+// opening. If this fails, the wakers still let them go at their old time
+// and the breaker decides again then.
+func (g *Guard) moveParked(ctx context.Context, t outbox.Task, tr breaker.Transition, openedAt *time.Time, sleepMS int64) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	switch {
+	case tr == breaker.ClosedAgain:
+		err = breaker.ReleaseParked(ctx, g.pool, t.WebhookID)
+	case (tr == breaker.Opened || tr == breaker.Reopened) && openedAt != nil:
+		halfOpen := openedAt.Add(time.Duration(sleepMS) * time.Millisecond)
+		err = breaker.HoldParked(ctx, g.pool, t.WebhookID, &halfOpen)
+	}
+	if err != nil {
+		g.log.Warn("deliveries parked behind the circuit not moved", "webhook_id", t.WebhookID.String(), "error", err)
+	}
 }
 
 // recordOwnerEvent records the circuit notification (see package notify),

@@ -14,7 +14,7 @@ import (
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
-	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -46,15 +46,16 @@ func newGuardFixture(t *testing.T) *guardFixture {
 }
 
 func (f *guardFixture) admit(now time.Time) admission {
-	return f.guard.admit(f.ctx, f.task, f.job, retry.Policy{}, now, func() float64 { return 0.5 })
+	return f.guard.admit(f.ctx, f.task, f.job, now, false)
 }
 
-// bucketHasToken takes the webhook bucket's token directly, if it has one.
+// bucketHasToken reserves the webhook bucket's next slot directly, and
+// reports whether it is now.
 func (f *guardFixture) bucketHasToken(t *testing.T, now time.Time) bool {
 	t.Helper()
-	ok, _, err := f.limits.Take(f.ctx, now, bucketsOf(f.task, f.job)...)
+	at, err := f.limits.Reserve(f.ctx, now, bucketsOf(f.task, f.job)...)
 	require.NoError(t, err)
-	return ok
+	return !at.After(now)
 }
 
 // The breaker check and the bucket take go to Redis together; an open
@@ -68,23 +69,39 @@ func TestGuardOpenCircuitSpendsNoToken(t *testing.T) {
 	for i := range 3 {
 		adm := f.admit(now.Add(time.Duration(i) * time.Second))
 		require.False(t, adm.allowed)
-		require.Equal(t, "circuit_open", adm.reason)
-		require.Greater(t, adm.delay, time.Duration(0))
+		require.Equal(t, schedule.CircuitOpen, adm.reason)
+		require.Equal(t, now.Add(time.Minute), adm.until, "parked until the half-open time")
 	}
 	require.True(t, f.bucketHasToken(t, now.Add(3*time.Second)), "the open circuit spent the bucket's token")
 }
 
-// With the circuit closed the attempt takes the token, and the next one is
-// refused by the bucket with the time until the next token.
-func TestGuardClosedCircuitTakesTheToken(t *testing.T) {
+// With the circuit closed the attempt takes the token, and the next one
+// gets its own slot, a minute later; the one after that, the slot after.
+func TestGuardReservesEachDeliveryItsOwnSlot(t *testing.T) {
+	f := newGuardFixture(t)
+	now := time.UnixMilli(1_700_000_000_000)
+	require.True(t, f.admit(now).allowed)
+	for i := 1; i <= 3; i++ {
+		adm := f.admit(now)
+		require.False(t, adm.allowed)
+		require.Equal(t, schedule.RateLimited, adm.reason)
+		require.True(t, adm.reserved)
+		require.Equal(t, now.Add(time.Duration(i)*time.Minute), adm.until)
+	}
+	require.False(t, f.bucketHasToken(t, now))
+}
+
+// A delivery that comes back at its reserved slot goes without drawing from
+// the bucket again.
+func TestGuardHonoursAReservedSlot(t *testing.T) {
 	f := newGuardFixture(t)
 	now := time.UnixMilli(1_700_000_000_000)
 	require.True(t, f.admit(now).allowed)
 	adm := f.admit(now)
-	require.False(t, adm.allowed)
-	require.Equal(t, "rate_limited", adm.reason)
-	require.Equal(t, time.Minute, adm.delay)
-	require.False(t, f.bucketHasToken(t, now))
+	require.Equal(t, now.Add(time.Minute), adm.until)
+	require.True(t, f.guard.admit(f.ctx, f.task, f.job, adm.until, true).allowed)
+	next := f.admit(adm.until)
+	require.Equal(t, now.Add(2*time.Minute), next.until, "the reserved slot was not drawn twice")
 }
 
 // Without a breaker (disabled) the bucket alone decides.
@@ -93,5 +110,5 @@ func TestGuardWithoutBreakerUsesTheBucket(t *testing.T) {
 	f.job.Breaker.Enabled = false
 	now := time.UnixMilli(1_700_000_000_000)
 	require.True(t, f.admit(now).allowed)
-	require.Equal(t, "rate_limited", f.admit(now).reason)
+	require.Equal(t, schedule.RateLimited, f.admit(now).reason)
 }

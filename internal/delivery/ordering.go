@@ -42,16 +42,16 @@ const (
 	// earlierSQL: is an earlier delivery of the key unfinished?
 	earlierSQL = `SELECT EXISTS (SELECT 1 FROM deliveries
     WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3))`
-	parkSQL = `UPDATE deliveries SET parked_at = now(), updated_at = now()
+	parkSQL = `UPDATE deliveries SET parked_at = now(), park_reason = 'order', updated_at = now()
 WHERE id = $1 AND status IN ('pending', 'retrying')`
 	// releaseSQL unparks the first unfinished delivery of the key if it is
 	// parked, and clears its outbox mark so that the relay covers it (once
 	// it is due for the relay: next_attempt_at is now).
-	releaseSQL = `UPDATE deliveries d SET parked_at = NULL, enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
+	releaseSQL = `UPDATE deliveries d SET parked_at = NULL, park_reason = NULL, enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
 FROM events e
 WHERE d.id = (SELECT id FROM deliveries WHERE order_key = $1 AND status IN ('pending', 'retrying')
               ORDER BY event_id, id LIMIT 1)
-  AND d.parked_at IS NOT NULL AND e.id = d.event_id
+  AND d.park_reason = 'order' AND e.id = d.event_id
 RETURNING d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id`
 )
 
@@ -127,7 +127,7 @@ func (w *Worker) release(ctx context.Context, log *slog.Logger, key string) {
 // parked for longer than $1: the worker that finished the one before it
 // died between recording the outcome and releasing the next.
 const stalledKeysSQL = `SELECT DISTINCT d.order_key FROM deliveries d
-WHERE d.parked_at < now() - $1::interval AND d.status IN ('pending', 'retrying')
+WHERE d.park_reason = 'order' AND d.parked_at < now() - $1::interval AND d.status IN ('pending', 'retrying')
   AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.order_key = d.order_key
                   AND p.status IN ('pending', 'retrying') AND (p.event_id, p.id) < (d.event_id, d.id))
 LIMIT 100`

@@ -34,7 +34,10 @@ const (
 type SenderConfig struct {
 	ConnectTimeout  time.Duration
 	MaxConnsPerHost int
-	UserAgent       string
+	// HostQueueWait is how long a request waits for a free connection to
+	// its host before it is deferred. Default 500ms.
+	HostQueueWait time.Duration
+	UserAgent     string
 }
 
 // Sender POSTs deliveries. One Sender (one connection pool) serves a whole
@@ -65,9 +68,15 @@ func NewSender(cfg SenderConfig, policy netguard.Policy) *Sender {
 			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		hosts: newHostLimiter(cfg.MaxConnsPerHost),
+		hosts: newHostLimiter(cfg.MaxConnsPerHost, cfg.HostQueueWait),
 		ua:    cfg.UserAgent,
 	}
+}
+
+// HostFreeAt returns when a delivery to url that found its host busy should
+// try again (see hostLimiter.freeAt).
+func (s *Sender) HostFreeAt(url string, now time.Time) time.Time {
+	return s.hosts.freeAt(hostKey(url), now)
 }
 
 // Request is one attempt to send.
@@ -94,18 +103,20 @@ func (r Response) Outcome() retry.Outcome {
 	return retry.Outcome{StatusCode: r.StatusCode, Category: r.Category, RetryAfter: r.RetryAfter}
 }
 
-// errHostBusy means the endpoint host already has its maximum of requests
-// in flight; the delivery is postponed, not attempted.
+// errHostBusy means the endpoint host kept its maximum of requests in
+// flight for as long as a request may wait; the delivery is deferred to
+// HostFreeAt, not attempted.
 var errHostBusy = errors.New("endpoint host at its concurrent request limit")
 
 // Send performs one attempt. It returns errHostBusy, without sending, when
 // the endpoint's host is at its concurrency limit.
 func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 	host := hostKey(r.URL)
-	if !s.hosts.acquire(ctx, host) {
+	token := s.hosts.acquire(ctx, host)
+	if token == nil {
 		return Response{}, errHostBusy
 	}
-	defer s.hosts.release(host)
+	defer s.hosts.release(host, token)
 
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
@@ -209,54 +220,110 @@ func hostKey(raw string) string {
 }
 
 // hostLimiter bounds requests in flight per host with one semaphore per
-// host. A request waits a little for a free slot, so that a burst to a fast
-// endpoint queues briefly instead of being postponed, while a slow endpoint
-// holds at most max requests and only briefly delays the workers that try
-// it.
+// host. A request waits up to wait for a free connection, so that a burst to
+// a fast endpoint queues briefly in the worker instead of going back
+// through the broker, while a slow endpoint holds at most max requests.
+// A request that found none is deferred to the host's next estimated free
+// connection (freeAt).
 type hostLimiter struct {
-	max  int
-	wait time.Duration
-	mu   sync.Mutex
-	sems map[string]chan struct{}
+	max   int
+	wait  time.Duration
+	mu    sync.Mutex
+	hosts map[string]*hostSlots
 }
 
-// hostWait is how long a request waits for a slot before it is postponed.
-const hostWait = 200 * time.Millisecond
-
-func newHostLimiter(max int) *hostLimiter {
-	return &hostLimiter{max: max, wait: hostWait, sems: map[string]chan struct{}{}}
+type hostSlots struct {
+	sem chan struct{}
+	// hold is the moving average of how long a request holds a
+	// connection; started are the start times of those in flight.
+	hold    time.Duration
+	started map[*time.Time]struct{}
+	// next is the last free connection handed out by freeAt.
+	next time.Time
 }
 
-func (l *hostLimiter) sem(host string) chan struct{} {
+// defaultHostWait is how long a request waits for a connection when the
+// configuration says nothing.
+const defaultHostWait = 500 * time.Millisecond
+
+func newHostLimiter(max int, wait time.Duration) *hostLimiter {
+	if wait <= 0 {
+		wait = defaultHostWait
+	}
+	return &hostLimiter{max: max, wait: wait, hosts: map[string]*hostSlots{}}
+}
+
+func (l *hostLimiter) host(host string) *hostSlots {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s, ok := l.sems[host]
+	h, ok := l.hosts[host]
 	if !ok {
-		s = make(chan struct{}, l.max)
-		l.sems[host] = s
+		h = &hostSlots{sem: make(chan struct{}, l.max), started: map[*time.Time]struct{}{}}
+		l.hosts[host] = h
 	}
-	return s
+	return h
 }
 
-// acquire takes a slot for host, waiting up to l.wait; false means none
-// came free.
-func (l *hostLimiter) acquire(ctx context.Context, host string) bool {
-	s := l.sem(host)
+// acquire takes a connection slot for host, waiting up to l.wait; nil
+// means none came free. The returned token goes back through release.
+func (l *hostLimiter) acquire(ctx context.Context, host string) *time.Time {
+	h := l.host(host)
 	select {
-	case s <- struct{}{}:
-		return true
+	case h.sem <- struct{}{}:
+		return l.started(h)
 	default:
 	}
 	t := time.NewTimer(l.wait)
 	defer t.Stop()
 	select {
-	case s <- struct{}{}:
-		return true
+	case h.sem <- struct{}{}:
+		return l.started(h)
 	case <-t.C:
-		return false
+		return nil
 	case <-ctx.Done():
-		return false
+		return nil
 	}
 }
 
-func (l *hostLimiter) release(host string) { <-l.sem(host) }
+func (l *hostLimiter) started(h *hostSlots) *time.Time {
+	now := time.Now()
+	l.mu.Lock()
+	h.started[&now] = struct{}{}
+	l.mu.Unlock()
+	return &now
+}
+
+// release gives the slot back and feeds its duration into the estimate.
+func (l *hostLimiter) release(host string, token *time.Time) {
+	h := l.host(host)
+	l.mu.Lock()
+	delete(h.started, token)
+	held := time.Since(*token)
+	if h.hold == 0 {
+		h.hold = held
+	} else {
+		h.hold += (held - h.hold) / 8
+	}
+	l.mu.Unlock()
+	<-h.sem
+}
+
+// freeAt returns when a request that found host busy should try again: the
+// host frees a connection every hold/max on average, and each deferred
+// request gets the next one, like a reservation. Until a request has come
+// back, the age of the oldest one in flight stands for hold.
+func (l *hostLimiter) freeAt(host string, now time.Time) time.Time {
+	h := l.host(host)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hold := h.hold
+	for start := range h.started {
+		hold = max(hold, now.Sub(*start))
+	}
+	step := max(hold, time.Millisecond) / time.Duration(max(l.max, 1))
+	if h.next.Before(now) {
+		h.next = now
+	}
+	h.next = h.next.Add(step)
+	return h.next
+}

@@ -226,7 +226,10 @@ const recordSQL = `WITH input AS (
         status = i.status, attempt_count = i.n, next_attempt_at = i.next_at,
         last_status_code = i.status_code, last_error = i.error, failure_category = i.category,
         enqueued_at = NULL, updated_at = now(),
-        completed_at = CASE WHEN i.status IN ('succeeded', 'exhausted') THEN now() END
+        completed_at = CASE WHEN i.status IN ('succeeded', 'exhausted') THEN now() END,
+        -- an attempt made from a duplicate message ends any other wait
+        parked_at = CASE WHEN d.park_reason = 'order' THEN d.parked_at END,
+        park_reason = CASE WHEN d.park_reason = 'order' THEN d.park_reason END
     FROM input i
     WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
     RETURNING d.id

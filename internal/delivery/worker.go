@@ -16,6 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -37,7 +38,6 @@ const (
 const (
 	internalRetryDelay = 5 * time.Second
 	maxInternalRetries = 720 // an hour of 5 s waits
-	hostBusyDelay      = time.Second
 	inactiveDelay      = time.Minute
 )
 
@@ -53,9 +53,12 @@ type Worker struct {
 	sender  *Sender
 	guard   *Guard
 	pub     publisher
-	log     *slog.Logger
-	now     func() time.Time
-	rnd     func() float64
+	// gate shares the worker's slots between tenants; nil: no sharing.
+	gate  *schedule.Gate
+	waker *schedule.Waker
+	log   *slog.Logger
+	now   func() time.Time
+	rnd   func() float64
 }
 
 // NewWorker returns a worker. guard may be nil: no circuit breaker and no
@@ -64,7 +67,15 @@ func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, 
 	st := &store{pool: pool}
 	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers),
 		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers),
-		sender:  sender, guard: guard, pub: pub, log: log, now: time.Now, rnd: rand.Float64}
+		sender:  sender, guard: guard, pub: pub, waker: schedule.NewWaker(pool, pub, log),
+		log: log, now: time.Now, rnd: rand.Float64}
+}
+
+// WithGate makes the worker share its slots between tenants through g (see
+// schedule.Gate). Call it before Serve.
+func (w *Worker) WithGate(g *schedule.Gate) *Worker {
+	w.gate = g
+	return w
 }
 
 // Deliveries starting at the same moment are loaded by one query, and
@@ -77,16 +88,18 @@ const (
 // Serve runs consume (the queue consumer calling Handle) with the worker's
 // loader and attempt recorder around it: they start first and stop only
 // after consume has returned, so that attempts finishing during shutdown
-// are still recorded.
+// are still recorded. The waker of parked deliveries runs beside them.
 func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
 	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.records.Run(batchCtx); done <- struct{}{} }()
+	go func() { _ = w.waker.Run(ctx); done <- struct{}{} }()
 	err := consume(ctx)
 	stop()
-	<-done
-	<-done
+	for range 3 {
+		<-done
+	}
 	return err
 }
 
@@ -98,6 +111,17 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) queue.Disposition 
 	if err != nil {
 		w.log.Error("malformed delivery message: dead-lettered", "message_id", d.MessageId, "error", err)
 		return queue.DeadLetter
+	}
+	if w.gate != nil {
+		slot := w.gate.Enter(ctx, t.TenantID)
+		if slot == nil {
+			if ctx.Err() != nil {
+				return queue.Requeue
+			}
+			metrics.TenantShareDeferred.Inc()
+			return w.deferTo(ctx, w.log, t, d.Headers, schedule.TenantShare, w.gate.Defer(t.TenantID), false)
+		}
+		defer slot.Done()
 	}
 	return w.handle(ctx, t, d.Headers)
 }
@@ -136,10 +160,10 @@ func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) 
 	case j.Data == nil:
 		return w.cancel(ctx, log, t, j, headers, "event payload removed by retention")
 	case !j.Active:
-		return w.postpone(ctx, log, t, headers, "inactive", inactiveDelay)
+		return w.deferTo(ctx, log, t, headers, schedule.Inactive, w.now().Add(inactiveDelay), false)
 	case webhook.AwaitsVerification(j.Verification):
 		// Nothing goes to an endpoint before it has echoed a challenge.
-		return w.postpone(ctx, log, t, headers, "unverified", inactiveDelay)
+		return w.deferTo(ctx, log, t, headers, schedule.Unverified, w.now().Add(inactiveDelay), false)
 	}
 	return w.attempt(ctx, log, t, j, headers)
 }
@@ -150,9 +174,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j
 	now := w.now()
 	probe := false
 	if w.guard != nil {
-		adm := w.guard.admit(ctx, t, j, policy, now, w.rnd)
+		adm := w.guard.admit(ctx, t, j, now, reservedFor(headers, now))
 		if !adm.allowed {
-			return w.postpone(ctx, log, t, headers, adm.reason, adm.delay)
+			return w.deferTo(ctx, log, t, headers, adm.reason, adm.until, adm.reserved)
 		}
 		probe = adm.probe
 	}
@@ -170,7 +194,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j
 			// Cut off by our own shutdown: not the endpoint's attempt.
 			return queue.Requeue
 		}
-		return w.postpone(ctx, log, t, headers, "host_busy", hostBusyDelay)
+		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, answered), false)
 	}
 	if w.guard != nil {
 		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, answered)
@@ -265,19 +289,52 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t outbox.Task
 	}
 }
 
-// postpone puts the delivery off without an attempt.
-func (w *Worker) postpone(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, reason string, d time.Duration) queue.Disposition {
-	metrics.DeliveriesPostponed.WithLabelValues(reason).Inc()
-	m := t.Message(w.now().Add(d))
+// deferTo puts the delivery off, without an attempt, until until (zero:
+// until released; only a circuit forced open without an end says so). A
+// wait of schedule.ParkAfter or more is parked in Postgres and woken at its
+// time by a waker; a shorter one goes through the delay tiers. reserved
+// says until is the delivery's own rate-limit slot, which its message then
+// carries.
+func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, reason schedule.Reason, until time.Time, reserved bool) queue.Disposition {
+	ctx = context.WithoutCancel(ctx)
+	metrics.DeliveriesPostponed.WithLabelValues(string(reason)).Inc()
+	if until.IsZero() || until.Sub(w.now()) >= schedule.ParkAfter {
+		var at *time.Time
+		if !until.IsZero() {
+			at = &until
+		}
+		_, err := schedule.Park(ctx, w.store.pool, t.DeliveryID, t.Attempt, reason, at)
+		if err == nil {
+			metrics.DeliveriesParked.WithLabelValues(string(reason)).Inc()
+			return queue.Ack // parked, or the delivery has moved on: this message is done with
+		}
+		log.Warn("delivery not parked; deferred through the delay queues", "reason", string(reason), "error", err)
+		if until.IsZero() {
+			until = w.now().Add(inactiveDelay)
+		}
+	}
+	m := t.Message(until)
 	m.Headers = copyHeaders(headers)
-	if err := w.pub.Publish(context.WithoutCancel(ctx), m); err != nil {
-		log.Warn("postponement not published; message returned", "reason", reason, "error", err)
+	delete(m.Headers, schedule.HeaderReservedAt)
+	if reserved {
+		m.Headers[schedule.HeaderReservedAt] = until.UnixMilli()
+	}
+	if err := w.pub.Publish(ctx, m); err != nil {
+		log.Warn("deferral not published; message returned", "reason", string(reason), "error", err)
 		return queue.Requeue
 	}
-	if reason != "host_busy" {
-		_ = w.store.postponed(context.WithoutCancel(ctx), t.DeliveryID)
+	metrics.DeliveryRepublishes.WithLabelValues(string(reason)).Inc()
+	if reason != schedule.HostBusy && reason != schedule.TenantShare {
+		_ = w.store.postponed(ctx, t.DeliveryID)
 	}
 	return queue.Ack
+}
+
+// reservedFor reports whether the message carries a rate-limit slot
+// reserved for it that has come (see schedule.HeaderReservedAt).
+func reservedFor(h amqp.Table, now time.Time) bool {
+	ms, ok := h[schedule.HeaderReservedAt].(int64)
+	return ok && !time.UnixMilli(ms).After(now.Add(reservedSlack))
 }
 
 // putBack returns a message after our own failure, through a delay tier so
@@ -296,13 +353,6 @@ func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t outbox.Task, h
 	m.Headers[headerInternalRetries] = int64(n)
 	if err := w.pub.Publish(context.WithoutCancel(ctx), m); err != nil {
 		return queue.Requeue
-	}
-	return queue.Ack
-}
-
-func (w *Worker) settle(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, stage string, err error) queue.Disposition {
-	if err != nil {
-		return w.putBack(ctx, log, t, headers, stage, err)
 	}
 	return queue.Ack
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/hookline/hookline/internal/queue/queuetest"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/testproxy"
 	"github.com/hookline/hookline/internal/webhook"
@@ -66,6 +67,10 @@ type options struct {
 	roles bool
 	// log receives every part's logs; discarded when nil.
 	log *slog.Logger
+	// share makes the worker share its slots (workers of them) between
+	// tenants, with this many reserved, as the worker process does.
+	share   bool
+	reserve int
 }
 
 func newSystem(t *testing.T, opts ...func(*options)) *system {
@@ -121,7 +126,12 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 2 * time.Second, MaxConnsPerHost: 5, UserAgent: delivery.UserAgent}, policy)
 	guard := delivery.NewGuard(breaker.New(rdb, redisPrefix), ratelimit.New(rdb, redisPrefix), workerPool, log)
 	worker := delivery.NewWorker(workerPool, sender, guard, pub, log)
-	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: o.workers, Grace: time.Second}, worker.Handle)
+	handlers := o.workers
+	if o.share {
+		worker.WithGate(schedule.NewGate(schedule.GateConfig{Slots: o.workers, Reserve: o.reserve, Wait: 50 * time.Millisecond}))
+		handlers += schedule.IntakeHeadroom(o.workers)
+	}
+	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: handlers, Grace: time.Second}, worker.Handle)
 	recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8, Concurrency: 2, Grace: time.Second},
 		dlq.NewRecorder(dlqPool, dlqDispatcher, log).Handle)
 

@@ -92,6 +92,18 @@ var (
 		Namespace: Namespace, Name: "deliveries_postponed_total",
 		Help: "Deliveries put off without an attempt, by reason (host_busy, inactive, circuit_open, rate_limited).",
 	}, []string{"reason"})
+	DeliveriesParked = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "deliveries_parked_total",
+		Help: "Deliveries parked in Postgres until their time (reserved rate-limit slot, half-open decision, free host connection or tenant slot), by reason.",
+	}, []string{"reason"})
+	DeliveryRepublishes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "delivery_republishes_total",
+		Help: "Delivery messages published again without an attempt (a deferral through the delay tiers, a hop between delay tiers, a parked delivery woken), by reason.",
+	}, []string{"reason"})
+	TenantShareDeferred = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "tenant_share_deferred_total",
+		Help: "Deliveries deferred because their tenant held its share of this worker's slots while others had work.",
+	})
 	WorkerInternalErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "worker_internal_errors_total",
 		Help: "Deliveries put back because of our own failure (database, broker), by stage; not charged to the endpoint.",

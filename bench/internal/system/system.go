@@ -32,6 +32,7 @@ import (
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/webhook"
 )
@@ -126,8 +127,11 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 		if o.Guard {
 			guard = delivery.NewGuard(breaker.New(rdb, topo.Prefix+":"), ratelimit.New(rdb, topo.Prefix+":"), pool, log)
 		}
-		w := delivery.NewWorker(pool, sender, guard, pub, log)
-		c := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: o.Prefetch, Concurrency: o.WorkerConcurrency, Grace: time.Second}, w.Handle)
+		// Tenants share each worker's slots as in the worker process.
+		gate := schedule.NewGate(schedule.GateConfig{Slots: o.WorkerConcurrency, Reserve: o.WorkerConcurrency / 8})
+		w := delivery.NewWorker(pool, sender, guard, pub, log).WithGate(gate)
+		c := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: o.Prefetch,
+			Concurrency: o.WorkerConcurrency + schedule.IntakeHeadroom(o.WorkerConcurrency), Grace: time.Second}, w.Handle)
 		parts = append(parts, func(ctx context.Context) error { return w.Serve(ctx, c.Run) })
 	}
 	bg, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// Deliveries beyond a webhook's burst each wait for their own reserved
+// slot: they arrive one emission interval apart, and each is deferred
+// once, however long it waits.
+func TestRateLimitedDeliveriesWaitForTheirOwnSlot(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	s.webhook(rc.URL, map[string]any{"rate_limit": map[string]any{"requests_per_minute": 120, "burst": 1}})
+	const n = 6
+	var ids []uuid.UUID
+	for i := range n {
+		ids = append(ids, s.deliveryOf(s.publish("order.created", map[string]any{"n": i})))
+	}
+	for _, id := range ids {
+		s.waitStatus(id, "succeeded", 30*time.Second)
+	}
+	reqs := rc.requests()
+	require.Len(t, reqs, n)
+	at := make([]time.Time, n)
+	for i, r := range reqs {
+		at[i] = r.At
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	// 120 a minute is one every 500 ms; the first goes at once.
+	for i := 1; i < n; i++ {
+		require.GreaterOrEqual(t, at[i].Sub(at[0]), time.Duration(i)*500*time.Millisecond-50*time.Millisecond,
+			"delivery %d came before its slot", i)
+	}
+	require.Less(t, at[n-1].Sub(at[0]), time.Duration(n-1)*500*time.Millisecond+2*time.Second,
+		"the last delivery waited far beyond its slot")
+	// Each waited once: no delivery was put off more than once.
+	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`))
+	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE parked_at IS NOT NULL`))
+}
+
+// Deliveries held back by an open circuit are parked until its half-open
+// time, telling when in next_attempt_at, and an operator's reset releases
+// them at once.
+func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var healthy atomic.Bool
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	id, _ := s.webhook(rc.URL, map[string]any{
+		"retry_config": map[string]any{"max_attempts": 20, "base_delay_ms": 100, "max_delay_ms": 200},
+		"circuit_breaker_config": map[string]any{"enabled": true, "minimum_throughput": 2, "error_threshold_percentage": 50,
+			"sleep_window_ms": 120000},
+	})
+	for i := range 2 {
+		s.publish("order.created", map[string]any{"n": i})
+	}
+	eventually(t, 20*time.Second, func() bool {
+		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, id) == 1
+	}, "the circuit to open")
+	for i := range 4 {
+		s.publish("order.created", map[string]any{"n": 10 + i})
+	}
+	eventually(t, 20*time.Second, func() bool {
+		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'circuit_open'`) == 6
+	}, "every delivery to be parked behind the circuit")
+	// Each knows when it will be looked at again: the half-open time,
+	// about two minutes out.
+	require.Zero(t, s.count(`SELECT count(*) FROM deliveries
+		WHERE next_attempt_at IS NULL OR next_attempt_at < now() + interval '100 seconds'`))
+	before := len(rc.requests())
+
+	healthy.Store(true)
+	s.call("PATCH", "/v1/webhooks/"+id+"/circuit-breaker", s.key, map[string]any{"action": "reset"}, http.StatusOK, nil)
+	eventually(t, 15*time.Second, func() bool {
+		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 6
+	}, "the reset to release every parked delivery")
+	require.Equal(t, before+6, len(rc.requests()), "each parked delivery was sent once after the reset")
+	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`),
+		"no delivery was put off more than once while the circuit was open")
+}
+
+// A burst to one endpoint host waits for its few connections inside the
+// worker: nothing is postponed for a busy host.
+func TestABurstQueuesForItsHostInTheWorker(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, func(o *options) { o.workers = 32 })
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) { time.Sleep(20 * time.Millisecond) })
+	s.webhook(rc.URL, map[string]any{"rate_limit": map[string]any{"requests_per_minute": 100000, "burst": 1000}})
+	const n = 40
+	for i := range n {
+		s.publish("order.created", map[string]any{"n": i})
+	}
+	eventually(t, 30*time.Second, func() bool {
+		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == n
+	}, "every delivery to succeed")
+	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 0 OR park_reason IS NOT NULL`))
+	require.Len(t, rc.requests(), n)
+}
+
+// While one tenant's endpoints hang and hold every slot it may take,
+// another tenant's deliveries go at once, through the slots reserved for
+// tenants below their share.
+func TestAHangingTenantLeavesRoomForAnother(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, func(o *options) { o.workers, o.share, o.reserve = 6, true, 2 })
+	hang := make(chan struct{})
+	var hanging atomic.Int64
+	// Each hanging webhook is its own host, so that the per-host cap is
+	// not what holds the noisy tenant back.
+	for range 8 {
+		slow := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+			hanging.Add(1)
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		})
+		s.webhook(slow.URL, map[string]any{"events": []string{"noisy.*"},
+			"retry_config":           map[string]any{"timeout_ms": 60000},
+			"circuit_breaker_config": map[string]any{"enabled": false}})
+	}
+	t.Cleanup(func() { close(hang) }) // before the receivers close: cleanups run last first
+	for i := range 4 {
+		s.publish("noisy.tick", map[string]any{"n": i})
+	}
+	// The noisy tenant holds every slot but the reserve.
+	eventually(t, 20*time.Second, func() bool { return hanging.Load() == 4 }, "the noisy tenant to fill its slots")
+
+	_, quiet := s.newTenant(map[string]any{"name": "quiet"})
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	s.webhookAs(quiet, rc.URL, nil)
+	const n = 10
+	start := time.Now()
+	for i := range n {
+		s.publishAs(quiet, "order.created", map[string]any{"n": i})
+	}
+	eventually(t, 10*time.Second, func() bool { return len(rc.requests()) == n }, "the quiet tenant's deliveries")
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.EqualValues(t, 4, hanging.Load(), "the noisy tenant got no slot beyond its share meanwhile")
+	eventually(t, 20*time.Second, func() bool {
+		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'tenant_share'`) > 0
+	}, "the noisy tenant's other deliveries to wait in Postgres, not in the queue")
+}

@@ -1,0 +1,198 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/queue"
+)
+
+// publisher is the part of queue.Publisher the waker uses.
+type publisher interface {
+	Publish(ctx context.Context, msgs ...queue.Message) error
+}
+
+// Waker publishes parked deliveries when their time comes. Every worker
+// runs one; rows are claimed with FOR UPDATE SKIP LOCKED, so they share
+// the work and a killed worker's parked deliveries are woken by the
+// others.
+//
+// Deliveries parked behind an open circuit are woken a few at a time per
+// webhook (its half_open_max_calls: the probes); the others stay parked
+// for one more sleep window, unless the circuit's decision releases them
+// first (breaker.ReleaseParked when it closes or is reset, HoldParked when
+// it opens again).
+type Waker struct {
+	pool *pgxpool.Pool
+	pub  publisher
+	log  *slog.Logger
+	// Interval is the pause between passes that found nothing more to do.
+	Interval time.Duration
+	// Lead is how early a delivery is published before its time; the
+	// message carries its time and the consumer holds it for the rest.
+	Lead time.Duration
+	// Batch bounds the deliveries of one pass.
+	Batch int
+}
+
+// NewWaker returns a waker with the default timings: every 100 ms,
+// publishing what is due within the next 100 ms, 500 at a time.
+func NewWaker(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Waker {
+	return &Waker{pool: pool, pub: pub, log: log, Interval: 100 * time.Millisecond, Lead: 100 * time.Millisecond, Batch: 500}
+}
+
+// dueSQL claims parked deliveries due within $1, oldest time first, with
+// what their message needs and, for the circuit's, how many probes their
+// webhook's half-open period takes and its base sleep window.
+const dueSQL = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at,
+    e.correlation_id, d.park_reason, d.next_attempt_at,
+    coalesce((w.circuit_breaker_config->>'half_open_max_calls')::int, 5),
+    coalesce((w.circuit_breaker_config->>'sleep_window_ms')::bigint, 30000)
+FROM deliveries d
+JOIN events e ON e.id = d.event_id
+JOIN webhooks w ON w.id = d.webhook_id
+WHERE d.parked_at IS NOT NULL AND d.park_reason <> 'order' AND d.status IN ('pending', 'retrying')
+  AND d.next_attempt_at <= now() + $1::interval
+ORDER BY d.next_attempt_at
+LIMIT $2
+FOR UPDATE OF d SKIP LOCKED`
+
+// wokenSQL unparks the published deliveries; their messages are confirmed.
+const wokenSQL = `UPDATE deliveries SET parked_at = NULL, park_reason = NULL, enqueued_at = now(), updated_at = now()
+WHERE id = ANY($1) AND park_reason IS NOT NULL AND park_reason <> 'order'`
+
+// heldSQL keeps deliveries parked behind a half-open circuit for another
+// sleep window ($2 ms), beyond that window's probes.
+const heldSQL = `UPDATE deliveries SET next_attempt_at = now() + make_interval(secs => $2::bigint / 1000.0), updated_at = now()
+WHERE id = ANY($1) AND park_reason = 'circuit_open'`
+
+// parked is one claimed row.
+type parked struct {
+	task      outbox.Task
+	reason    Reason
+	due       time.Time
+	probes    int
+	sleepMS   int64
+	webhookID uuid.UUID
+}
+
+// Run wakes deliveries until ctx ends.
+func (w *Waker) Run(ctx context.Context) error {
+	tick := time.NewTicker(w.Interval)
+	defer tick.Stop()
+	for {
+		for {
+			n, err := w.Pass(ctx)
+			if err != nil && ctx.Err() == nil {
+				w.log.Warn("parked deliveries not woken; next pass retries", "error", err)
+			}
+			if err != nil || n < w.Batch {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Pass wakes one batch of due deliveries and reports how many rows it
+// handled (woken or held).
+func (w *Waker) Pass(ctx context.Context) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, dueSQL, w.Lead, w.Batch)
+		if err != nil {
+			return fmt.Errorf("select due parked deliveries: %w", err)
+		}
+		due, err := pgx.CollectRows(rows, scanParked)
+		if err != nil {
+			return fmt.Errorf("scan due parked deliveries: %w", err)
+		}
+		n = len(due)
+		wake, hold := probesOnly(due)
+		if err := w.publish(ctx, tx, wake); err != nil {
+			return err
+		}
+		for sleepMS, ids := range hold {
+			if _, err := tx.Exec(ctx, heldSQL, ids, sleepMS); err != nil {
+				return fmt.Errorf("hold parked deliveries: %w", err)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, context.Canceled) {
+		return n, nil
+	}
+	return n, err
+}
+
+func scanParked(row pgx.CollectableRow) (parked, error) {
+	var p parked
+	var attempts int
+	var reason string
+	err := row.Scan(&p.task.DeliveryID, &p.task.EventID, &p.task.WebhookID, &p.task.TenantID, &p.task.Priority,
+		&attempts, &p.task.CreatedAt, &p.task.CorrelationID, &reason, &p.due, &p.probes, &p.sleepMS)
+	p.task.Attempt = attempts + 1
+	p.reason = Reason(reason)
+	p.webhookID = p.task.WebhookID
+	return p, err
+}
+
+// probesOnly splits due deliveries into those to wake and, for circuits,
+// those beyond their webhook's probes, grouped by sleep window.
+func probesOnly(due []parked) (wake []parked, hold map[int64][]uuid.UUID) {
+	hold = map[int64][]uuid.UUID{}
+	woken := map[uuid.UUID]int{}
+	for _, p := range due {
+		if p.reason == CircuitOpen {
+			if woken[p.webhookID] >= max(p.probes, 1) {
+				hold[p.sleepMS] = append(hold[p.sleepMS], p.task.DeliveryID)
+				continue
+			}
+			woken[p.webhookID]++
+		}
+		wake = append(wake, p)
+	}
+	return wake, hold
+}
+
+// publish publishes the woken deliveries, due at their time, and unparks
+// them; if the broker fails, nothing is unparked (the transaction rolls
+// back) and the next pass tries again.
+func (w *Waker) publish(ctx context.Context, tx pgx.Tx, wake []parked) error {
+	if len(wake) == 0 {
+		return nil
+	}
+	msgs := make([]queue.Message, len(wake))
+	ids := make([]uuid.UUID, len(wake))
+	for i, p := range wake {
+		msgs[i] = p.task.Message(p.due)
+		if p.reason == RateLimited {
+			msgs[i].Headers = amqp.Table{HeaderReservedAt: p.due.UnixMilli()}
+		}
+		ids[i] = p.task.DeliveryID
+	}
+	if err := w.pub.Publish(ctx, msgs...); err != nil {
+		return fmt.Errorf("publish %d woken deliveries: %w", len(msgs), err)
+	}
+	if _, err := tx.Exec(ctx, wokenSQL, ids); err != nil {
+		return fmt.Errorf("unpark %d woken deliveries: %w", len(ids), err)
+	}
+	for _, p := range wake {
+		metrics.DeliveryRepublishes.WithLabelValues(string(p.reason)).Inc()
+	}
+	return nil
+}
