@@ -29,10 +29,14 @@ type Delivery struct {
 	LastError       *string    `json:"last_error"`
 	FailureCategory *string    `json:"failure_category"`
 	NextAttemptAt   *time.Time `json:"next_attempt_at"`
-	RetryOf         *uuid.UUID `json:"retry_of"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	CompletedAt     *time.Time `json:"completed_at"`
+	// WaitingFor says why a delivery waits, while it is parked (see
+	// docs/SCHEDULING.md): order, rate_limited, circuit_open, host_busy,
+	// tenant_share, inactive, unverified or released; null otherwise.
+	WaitingFor  *string    `json:"waiting_for"`
+	RetryOf     *uuid.UUID `json:"retry_of"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	CompletedAt *time.Time `json:"completed_at"`
 }
 
 // Detail is a delivery with every attempt, oldest first.
@@ -63,7 +67,7 @@ type Reader struct {
 func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
 
 const deliveryColumns = `d.id, d.event_id, d.webhook_id, e.event_type, d.status, d.priority, d.attempt_count,
-    d.postponed_count, d.last_status_code, d.last_error, d.failure_category, d.next_attempt_at, d.retry_of,
+    d.postponed_count, d.last_status_code, d.last_error, d.failure_category, d.next_attempt_at, d.park_reason, d.retry_of,
     d.created_at, d.updated_at, d.completed_at`
 
 const (
@@ -156,7 +160,7 @@ func (r *Reader) List(ctx context.Context, tenantID, webhookID uuid.UUID, f List
 func scanDelivery(row pgx.Row, extra ...any) (Delivery, error) {
 	var d Delivery
 	err := row.Scan(append([]any{&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
-		&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
+		&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.WaitingFor, &d.RetryOf,
 		&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt}, extra...)...)
 	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
 	return d, err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"sync/atomic"
@@ -79,6 +80,12 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 	// about two minutes out.
 	require.Zero(t, s.count(`SELECT count(*) FROM deliveries
 		WHERE next_attempt_at IS NULL OR next_attempt_at < now() + interval '100 seconds'`))
+	var parked uuid.UUID
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT id FROM deliveries LIMIT 1`).Scan(&parked))
+	var shown map[string]any
+	s.call("GET", "/v1/deliveries/"+parked.String(), s.key, nil, http.StatusOK, &shown)
+	require.Equal(t, "circuit_open", shown["waiting_for"])
+	require.NotEmpty(t, shown["next_attempt_at"])
 	before := len(rc.requests())
 
 	healthy.Store(true)

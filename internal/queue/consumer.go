@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookline/hookline/internal/metrics"
 )
 
 // Disposition is what a handler decides about a message.
@@ -209,6 +211,7 @@ func (c *Consumer) deferUntilDue(ctx context.Context, d amqp.Delivery) bool {
 		_ = d.Nack(false, true)
 		return true
 	}
+	metrics.DeliveryRepublishes.WithLabelValues("delay_hop").Inc()
 	_ = d.Ack(false)
 	return true
 }
