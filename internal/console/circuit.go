@@ -9,7 +9,6 @@ import (
 
 	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -27,26 +26,17 @@ type circuitView struct {
 }
 
 func (c *Console) circuit(ctx context.Context, w webhook.Webhook) (circuitView, error) {
-	persisted, _, err := c.overrides.Load(ctx, w.ID)
+	e, err := breaker.Resolve(ctx, c.breaker, c.overrides, w.ID, w.CircuitBreakerConfig.Breaker(), c.now())
 	if err != nil {
 		return circuitView{}, err
 	}
-	now := c.now()
-	v := circuitView{ForcedState: persisted.ForcedState, ForcedUntil: persisted.ForcedUntil}
-	if v.ForcedUntil != nil && !now.Before(*v.ForcedUntil) {
-		v.ForcedState, v.ForcedUntil = nil, nil
+	v := circuitView{State: e.State, Source: e.Source, OpenedAt: e.OpenedAt, ForcedUntil: e.ForcedUntil}
+	if e.ForcedState != nil {
+		forced := string(*e.ForcedState)
+		v.ForcedState = &forced
 	}
-	snap, err := c.breaker.Snapshot(ctx, w.ID.String(), delivery.BreakerConfig(w.CircuitBreakerConfig), now)
-	if err != nil {
-		v.Source, v.State, v.OpenedAt = "postgres", persisted.State, persisted.OpenedAt
-	} else {
-		v.Source, v.State, v.Successes, v.Failures = "redis", snap.State, snap.Successes, snap.Failures
-		if snap.State != breaker.Closed {
-			v.OpenedAt = &snap.OpenedAt
-		}
-	}
-	if v.ForcedState != nil {
-		v.State = breaker.State(*v.ForcedState)
+	if e.Live != nil {
+		v.Successes, v.Failures = e.Live.Successes, e.Live.Failures
 	}
 	return v, nil
 }

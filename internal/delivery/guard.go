@@ -16,7 +16,6 @@ import (
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
-	"github.com/hookline/hookline/internal/webhook"
 )
 
 // Guard decides, before an attempt, whether the endpoint may be tried now
@@ -40,10 +39,9 @@ func NewGuard(b *breaker.Breaker, l *ratelimit.Limiter, pool *pgxpool.Pool, log 
 	return &Guard{breaker: b, limits: l, pool: pool, log: log}
 }
 
-const (
-	fallbackMaxAge  = 5 * time.Minute
-	halfOpenNoProbe = 5 * time.Second
-)
+// halfOpenNoProbe is how long a delivery waits while Redis is unreachable
+// and the persisted circuit is open.
+const halfOpenNoProbe = 5 * time.Second
 
 // admission is the guard's verdict.
 type admission struct {
@@ -61,17 +59,15 @@ type admission struct {
 // the message carries a rate-limit slot reserved for it that has come:
 // nothing more is drawn from the buckets.
 func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, now time.Time, reserved bool) admission {
-	forcedClosed := false
-	if c := j.Circuit; c != nil && c.ForcedState != nil && (c.ForcedUntil == nil || now.Before(*c.ForcedUntil)) {
-		if *c.ForcedState == "open" {
-			var until time.Time // held until an operator acts
-			if c.ForcedUntil != nil {
-				until = *c.ForcedUntil
-			}
-			return admission{until: until, reason: schedule.CircuitOpen}
+	forced, forcedUntil, overridden := j.Circuit.Override(now)
+	if overridden && forced == breaker.Open {
+		var until time.Time // held until an operator acts
+		if forcedUntil != nil {
+			until = *forcedUntil
 		}
-		forcedClosed = true
+		return admission{until: until, reason: schedule.CircuitOpen}
 	}
+	forcedClosed := overridden && forced == breaker.Closed
 	// The breaker check and the slot reservation travel to Redis together,
 	// in one round trip; a slot reserved for an attempt the breaker
 	// refuses is given back, so that an open circuit spends none.
@@ -111,7 +107,7 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, now time.Time, 
 		switch {
 		case err != nil:
 			g.fallback(err)
-			if c := j.Circuit; c != nil && c.State == "open" && now.Sub(c.UpdatedAt) < fallbackMaxAge {
+			if j.Circuit.Fallback(now) == breaker.Open {
 				cancel()
 				return admission{until: now.Add(halfOpenNoProbe), reason: schedule.CircuitOpen}
 			}
@@ -264,21 +260,7 @@ func (g *Guard) fallback(err error) {
 	}
 }
 
-// BreakerConfig converts a webhook's stored breaker settings into the
-// breaker's own; the worker and the health route use the same conversion.
-func BreakerConfig(c webhook.BreakerConfig) breaker.Config {
-	return breaker.Config{
-		ErrorThresholdPercentage: c.ErrorThresholdPercentage,
-		MinimumThroughput:        c.MinimumThroughput,
-		Window:                   time.Duration(c.WindowSizeMS) * time.Millisecond,
-		SleepWindow:              time.Duration(c.SleepWindowMS) * time.Millisecond,
-		HalfOpenMaxCalls:         c.HalfOpenMaxCalls,
-		HalfOpenSuccessThreshold: c.HalfOpenSuccessThreshold,
-		MaxSleepWindow:           time.Hour,
-	}
-}
-
-func breakerConfig(j job) breaker.Config { return BreakerConfig(j.Breaker) }
+func breakerConfig(j job) breaker.Config { return j.Breaker.Breaker() }
 
 // bucketsOf names the webhook's and the tenant's delivery buckets; a zero
 // limit (never set) is no bucket.

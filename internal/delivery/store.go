@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/webhook"
@@ -46,21 +47,13 @@ type job struct {
 	// Circuit is the breaker state last persisted to Postgres (nil when
 	// never written): the fallback when Redis is down, and operator
 	// overrides.
-	Circuit *persistedCircuit
+	Circuit breaker.Persisted
 	// OrderKey is set for a delivery of an ordered webhook (see ordering.go).
 	OrderKey string
 	EventID  uuid.UUID
 	// Verification is the webhook's endpoint verification state, empty
 	// when none is asked for.
 	Verification string
-}
-
-// persistedCircuit is a circuit_breaker_states row.
-type persistedCircuit struct {
-	State       string
-	UpdatedAt   time.Time
-	ForcedState *string
-	ForcedUntil *time.Time
 }
 
 // store is the worker's SQL.
@@ -140,7 +133,7 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 			return nil, fmt.Errorf("scan delivery: %w", err)
 		}
 		if cState != nil {
-			j.Circuit = &persistedCircuit{State: *cState, UpdatedAt: *cUpdated, ForcedState: forced, ForcedUntil: forcedUntil}
+			j.Circuit = breaker.Persisted{State: breaker.State(*cState), UpdatedAt: *cUpdated, ForcedState: forced, ForcedUntil: forcedUntil}
 		}
 		if err := json.Unmarshal(breakerRaw, &j.Breaker); err != nil {
 			return nil, fmt.Errorf("decode breaker config of delivery %s: %w", id, err)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/webhook"
 )
@@ -33,38 +32,27 @@ type circuitView struct {
 	} `json:"half_open,omitempty"`
 }
 
-// circuit reads a webhook's circuit: live from Redis, the operator override
-// from Postgres; the persisted state when Redis is unreachable.
+// circuit reads a webhook's circuit in force (see breaker.Resolve).
 func (s *Server) circuit(c *gin.Context, w webhook.Webhook) (circuitView, error) {
-	persisted, _, err := s.overrides.Load(c.Request.Context(), w.ID)
+	e, err := breaker.Resolve(c.Request.Context(), s.breaker, s.overrides, w.ID, w.CircuitBreakerConfig.Breaker(), s.now())
 	if err != nil {
 		return circuitView{}, err
 	}
-	v := circuitView{ForcedState: persisted.ForcedState, ForcedUntil: utc(persisted.ForcedUntil)}
-	now := s.now()
-	if v.ForcedUntil != nil && !now.Before(*v.ForcedUntil) {
-		v.ForcedState, v.ForcedUntil = nil, nil
+	v := circuitView{State: e.State, Source: e.Source, OpenedAt: utc(e.OpenedAt), SleepWindowMS: e.SleepWindow.Milliseconds(),
+		ForcedUntil: utc(e.ForcedUntil)}
+	if e.ForcedState != nil {
+		forced := string(*e.ForcedState)
+		v.ForcedState = &forced
 	}
-	snap, err := s.breaker.Snapshot(c.Request.Context(), w.ID.String(), delivery.BreakerConfig(w.CircuitBreakerConfig), now)
-	if err != nil {
-		v.Source, v.State, v.OpenedAt, v.SleepWindowMS = "postgres", persisted.State, utc(persisted.OpenedAt), persisted.SleepWindowMS
-		return v, nil
-	}
-	v.Source, v.State = "redis", snap.State
-	v.Window.Successes, v.Window.Failures = snap.Successes, snap.Failures
-	if snap.State != breaker.Closed {
-		opened := snap.OpenedAt.UTC()
-		v.OpenedAt, v.SleepWindowMS = &opened, snap.SleepWindow.Milliseconds()
-	}
-	if snap.State == breaker.HalfOpen {
-		v.HalfOpen = &struct {
-			ProbesIssued   int `json:"probes_issued"`
-			ProbeSuccesses int `json:"probe_successes"`
-			ProbeFailures  int `json:"probe_failures"`
-		}{snap.ProbesIssued, snap.ProbeSuccesses, snap.ProbeFailures}
-	}
-	if v.ForcedState != nil {
-		v.State = breaker.State(*v.ForcedState)
+	if snap := e.Live; snap != nil {
+		v.Window.Successes, v.Window.Failures = snap.Successes, snap.Failures
+		if snap.State == breaker.HalfOpen {
+			v.HalfOpen = &struct {
+				ProbesIssued   int `json:"probes_issued"`
+				ProbeSuccesses int `json:"probe_successes"`
+				ProbeFailures  int `json:"probe_failures"`
+			}{snap.ProbesIssued, snap.ProbeSuccesses, snap.ProbeFailures}
+		}
 	}
 	return v, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/hookline/hookline/internal/breaker"
 )
 
 // Ordering guarantees a webhook may ask for.
@@ -84,6 +86,20 @@ func DefaultRetryConfig() RetryConfig {
 		TimeoutMS:           30_000,
 		TimeoutGrowthFactor: 1.5,
 		ScheduleMS:          []int64{},
+	}
+}
+
+// Breaker converts the stored settings into the breaker's own; the worker,
+// the API and the console use the same conversion.
+func (c BreakerConfig) Breaker() breaker.Config {
+	return breaker.Config{
+		ErrorThresholdPercentage: c.ErrorThresholdPercentage,
+		MinimumThroughput:        c.MinimumThroughput,
+		Window:                   time.Duration(c.WindowSizeMS) * time.Millisecond,
+		SleepWindow:              time.Duration(c.SleepWindowMS) * time.Millisecond,
+		HalfOpenMaxCalls:         c.HalfOpenMaxCalls,
+		HalfOpenSuccessThreshold: c.HalfOpenSuccessThreshold,
+		MaxSleepWindow:           time.Hour,
 	}
 }
 
