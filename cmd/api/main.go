@@ -20,6 +20,7 @@ import (
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/outbox"
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string) error {
 		Tenants:    tenant.NewStore(deps.PG),
 		Webhooks:   webhook.NewStore(deps.PG, webhook.WithKeyring(keys)),
 		Events:     events,
-		Deliveries: delivery.NewReader(deps.PG),
+		Deliveries: history.NewReader(deps.PG),
 		DLQ:        dlq.NewStore(deps.PG, dispatcher),
 		Breaker:    breaker.New(deps.Redis, cfg.Redis.KeyPrefix),
 		Overrides:  breaker.NewOverrides(deps.PG),

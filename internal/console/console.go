@@ -30,9 +30,9 @@ import (
 
 	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/webhook"
 )
@@ -70,7 +70,7 @@ type Deps struct {
 	Auth       Authenticator
 	Webhooks   *webhook.Store
 	Events     *event.Service
-	Deliveries *delivery.Reader
+	Deliveries *history.Reader
 	DLQ        *dlq.Store
 	Breaker    *breaker.Breaker
 	Overrides  *breaker.Overrides
@@ -88,7 +88,7 @@ type Console struct {
 	auditLog   *audit.Store
 	webhooks   *webhook.Store
 	events     *event.Service
-	deliveries *delivery.Reader
+	deliveries *history.Reader
 	dlq        *dlq.Store
 	breaker    *breaker.Breaker
 	overrides  *breaker.Overrides

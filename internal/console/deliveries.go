@@ -10,16 +10,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/audit"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
 type deliveryData struct {
 	base
-	Delivery delivery.Detail
+	Delivery history.Detail
 	// Hook is nil once the webhook was deleted.
 	Hook  *webhook.Webhook
 	Event event.Event
@@ -33,20 +33,20 @@ type deliveryData struct {
 
 // loadDelivery returns the tenant's delivery named by the :id parameter, or
 // answers 404.
-func (c *Console) loadDelivery(ctx *gin.Context, id string) (delivery.Detail, bool) {
+func (c *Console) loadDelivery(ctx *gin.Context, id string) (history.Detail, bool) {
 	did, err := uuid.Parse(id)
 	if err != nil {
 		c.notFound(ctx)
-		return delivery.Detail{}, false
+		return history.Detail{}, false
 	}
 	d, err := c.deliveries.Get(ctx.Request.Context(), session(ctx).TenantID, did)
-	if errors.Is(err, delivery.ErrNotFound) {
+	if errors.Is(err, history.ErrNotFound) {
 		c.notFound(ctx)
-		return delivery.Detail{}, false
+		return history.Detail{}, false
 	}
 	if err != nil {
 		c.fail(ctx, err)
-		return delivery.Detail{}, false
+		return history.Detail{}, false
 	}
 	return d, true
 }
@@ -61,13 +61,13 @@ func (c *Console) deliveryPage(ctx *gin.Context) {
 
 // deliveryPageWith renders a delivery with its event payload and attempts,
 // with status and an optional error message (a refused action).
-func (c *Console) deliveryPageWith(ctx *gin.Context, dl delivery.Detail, status int, errMsg string) {
+func (c *Console) deliveryPageWith(ctx *gin.Context, dl history.Detail, status int, errMsg string) {
 	rctx := ctx.Request.Context()
 	tenantID := session(ctx).TenantID
 	d := deliveryData{Delivery: dl}
 	d.Title, d.Nav, d.Error = "Delivery "+dl.ID.String(), "webhooks", errMsg
 	d.noticeFrom(ctx)
-	if dl.Status == "pending" || dl.Status == "retrying" {
+	if !dl.Status.Terminal() {
 		d.Refresh = 2
 	}
 	w, err := c.webhooks.Get(rctx, tenantID, dl.WebhookID)

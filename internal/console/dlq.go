@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/audit"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -53,8 +53,8 @@ func (f dlqForm) query() url.Values {
 }
 
 // filter turns the form into the DLQ's own filter, validated by it.
-func (f dlqForm) filter() (delivery.DeadLetterFilter, string) {
-	var out delivery.DeadLetterFilter
+func (f dlqForm) filter() (history.DeadLetterFilter, string) {
+	var out history.DeadLetterFilter
 	if f.Webhook != "" {
 		id, err := uuid.Parse(f.Webhook)
 		if err != nil {
@@ -84,8 +84,8 @@ type dlqData struct {
 	Form       dlqForm
 	Hooks      []webhook.Webhook
 	Categories []string
-	Counts     delivery.DeadLetterCounts
-	Entries    []delivery.DeadLetter
+	Counts     history.DeadLetterCounts
+	Entries    []history.DeadLetter
 	Next       string
 	Batches    []batchRow
 }
@@ -144,7 +144,7 @@ const maxWebhookChoices = 200
 func (c *Console) dlqPageWith(ctx *gin.Context, form dlqForm, status int, errMsg string) {
 	rctx := ctx.Request.Context()
 	tenantID := session(ctx).TenantID
-	d := dlqData{Form: form, Categories: delivery.FailureCategories}
+	d := dlqData{Form: form, Categories: history.FailureCategories}
 	d.Title, d.Nav, d.Error = "Dead-letter queue", "dlq", errMsg
 	d.noticeFrom(ctx)
 	var err error
@@ -179,7 +179,7 @@ func (c *Console) dlqPageWith(ctx *gin.Context, form dlqForm, status int, errMsg
 	if !ok {
 		return
 	}
-	q := delivery.DeadLetterQuery{Filter: filter, After: after, Limit: pageSize + 1}
+	q := history.DeadLetterQuery{Filter: filter, After: after, Limit: pageSize + 1}
 	if d.Counts, err = c.deliveries.CountDeadLetters(rctx, tenantID, q); err != nil {
 		c.fail(ctx, err)
 		return

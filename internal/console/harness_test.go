@@ -29,6 +29,7 @@ import (
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/outbox"
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
 	cfg.Network.AllowPrivateNetworks = true
 	overrides := breaker.NewOverrides(pool)
 	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool),
+		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: history.NewReader(pool),
 		DLQ: dlq.NewStore(pool, dispatcher), Breaker: breaker.New(rdb, redisPrefix), Overrides: overrides,
 		Limits: ratelimit.New(rdb, redisPrefix), Checks: health.Checks{}, Console: console.Config{DB: pool}})
 	require.NoError(t, err)

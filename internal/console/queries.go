@@ -9,7 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/history"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // The console's own read queries: views the stores do not offer. Each one
@@ -36,7 +37,7 @@ const idSlack = time.Hour
 // historySQL builds the newest-first page query. It walks
 // deliveries_webhook_idx (webhook_id, id) backwards from the cursor; a time
 // filter also bounds the id range, so that the walk stops at its edge. The
-// status is a literal (validated against deliveryStates) so that the
+// status is a literal (validated as a wire.Status) so that the
 // planner may use the partial index of exhausted deliveries.
 func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.NamedArgs) {
 	where := []string{"d.webhook_id = @webhook_id", "d.tenant_id = @tenant_id"}
@@ -45,7 +46,7 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 		where = append(where, "d.id < @before")
 		args["before"] = *f.Before
 	}
-	if deliveryStates[f.Status] {
+	if wire.Status(f.Status).Valid() {
 		where = append(where, "d.status = '"+f.Status+"'")
 	}
 	if f.EventType != "" {
@@ -80,17 +81,15 @@ func idAt(t time.Time) uuid.UUID {
 	return id
 }
 
-var deliveryStates = map[string]bool{"pending": true, "retrying": true, "succeeded": true, "exhausted": true, "cancelled": true}
-
 // history returns a page of a webhook's deliveries, newest first.
-func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]delivery.Delivery, error) {
+func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]history.Delivery, error) {
 	sql, args := historySQL(tenantID, webhookID, f)
 	rows, err := c.db.Query(ctx, sql, args)
 	if err != nil {
 		return nil, fmt.Errorf("delivery history: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (delivery.Delivery, error) {
-		var d delivery.Delivery
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Delivery, error) {
+		var d history.Delivery
 		err := row.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
 			&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.RetryOf,
 			&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt)
@@ -182,7 +181,7 @@ type exhaustedHook struct {
 const exhaustedSQL = `SELECT d.webhook_id, w.url, count(*), max(d.completed_at)
 FROM deliveries d JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id AND w.deleted_at IS NULL
-WHERE ` + delivery.DeadLetterWhere + ` AND ` + delivery.NotRetried + `
+WHERE ` + history.DeadLetterWhere + ` AND ` + history.NotRetried + `
 GROUP BY d.webhook_id, w.url
 ORDER BY max(d.completed_at) DESC
 LIMIT 20`
@@ -191,7 +190,7 @@ LIMIT 20`
 // last 24 hours that nobody retried yet.
 func (c *Console) recentlyExhausted(ctx context.Context, tenantID uuid.UUID) ([]exhaustedHook, error) {
 	since := c.now().Add(-24 * time.Hour)
-	f := delivery.DeadLetterFilter{From: &since}
+	f := history.DeadLetterFilter{From: &since}
 	rows, err := c.db.Query(ctx, exhaustedSQL, f.Args(tenantID))
 	if err != nil {
 		return nil, fmt.Errorf("recently exhausted: %w", err)

@@ -10,8 +10,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // pageSize is how many rows a list page shows.
@@ -142,10 +143,10 @@ type webhookData struct {
 	base
 	Hook       webhook.Webhook
 	Circuit    circuitView
-	Health     delivery.Health
+	Health     history.Health
 	Query      historyQuery
-	States     []string
-	Deliveries []delivery.Delivery
+	States     []wire.Status
+	Deliveries []history.Delivery
 	// Newest is set when this is not the first page; Next when there is
 	// an older one.
 	Newest, Next string
@@ -163,7 +164,7 @@ func (c *Console) webhookPage(ctx *gin.Context) {
 // empty, an error message (the outcome of a failed action).
 func (c *Console) webhookPageWith(ctx *gin.Context, w webhook.Webhook, status int, errMsg string) {
 	rctx := ctx.Request.Context()
-	d := webhookData{Hook: w, States: []string{"pending", "retrying", "succeeded", "exhausted", "cancelled"}}
+	d := webhookData{Hook: w, States: wire.Statuses}
 	d.Title, d.Nav, d.Error = "Webhook "+w.URL, "webhooks", errMsg
 	d.noticeFrom(ctx)
 	var err error
@@ -213,7 +214,7 @@ func (c *Console) webhookPageWith(ctx *gin.Context, w webhook.Webhook, status in
 // parseHistoryQuery checks the filter form; the message says what is wrong.
 func parseHistoryQuery(q historyQuery) (historyFilter, string) {
 	var f historyFilter
-	if q.State != "" && !deliveryStates[q.State] {
+	if q.State != "" && !wire.Status(q.State).Valid() {
 		return f, "Unknown state."
 	}
 	f.Status = q.State

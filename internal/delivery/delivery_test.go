@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/netguard"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/signature"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 func TestClassify(t *testing.T) {
@@ -112,7 +112,7 @@ func TestHostFreeAtHandsOutTheNextConnections(t *testing.T) {
 func TestBuildRequest(t *testing.T) {
 	t.Parallel()
 	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	task := outbox.Task{DeliveryID: uuid.New(), EventID: uuid.New(), WebhookID: uuid.New(), Attempt: 3}
+	task := wire.Task{DeliveryID: uuid.New(), EventID: uuid.New(), WebhookID: uuid.New(), Attempt: 3}
 	j := job{EventType: "order.created", Source: "shop", IdemKey: "k-1", Data: []byte(`{"b":1,"a":2,"q":"a<b && c>d"}`),
 		EventTime: time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC), CorrelationID: "corr-1",
 		Secrets: []string{secret}, Headers: map[string]string{"X-Team": "pay"}}

@@ -12,10 +12,10 @@ import (
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/notify"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Guard decides, before an attempt, whether the endpoint may be tried now
@@ -58,7 +58,7 @@ type admission struct {
 // admit decides about attempt t.Attempt of j at now. reserved is true when
 // the message carries a rate-limit slot reserved for it that has come:
 // nothing more is drawn from the buckets.
-func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, now time.Time, reserved bool) admission {
+func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, reserved bool) admission {
 	forced, forcedUntil, overridden := j.Circuit.Override(now)
 	if overridden && forced == breaker.Open {
 		var until time.Time // held until an operator acts
@@ -140,7 +140,7 @@ func (g *Guard) admit(ctx context.Context, t outbox.Task, j job, now time.Time, 
 const reservedSlack = 20 * time.Millisecond
 
 // release gives back a probe that will not be sent.
-func (g *Guard) release(ctx context.Context, t outbox.Task) {
+func (g *Guard) release(ctx context.Context, t wire.Task) {
 	if err := g.breaker.Release(context.WithoutCancel(ctx), t.WebhookID.String()); err != nil {
 		g.fallback(err)
 	}
@@ -149,7 +149,7 @@ func (g *Guard) release(ctx context.Context, t outbox.Task) {
 // observe feeds an attempt's outcome to the breaker. Client errors other
 // than 408 and 429 say nothing about the endpoint's health and count as
 // successes.
-func (g *Guard) observe(ctx context.Context, t outbox.Task, j job, res Response, probe bool, now time.Time) {
+func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, probe bool, now time.Time) {
 	if !j.Breaker.Enabled {
 		return
 	}
@@ -180,7 +180,7 @@ ON CONFLICT (webhook_id) DO UPDATE SET state = $2, opened_at = $3, sleep_window_
 WHERE circuit_breaker_states.updated_at <= $5`
 
 // transition records a state change: Postgres, metrics and a log line.
-func (g *Guard) transition(ctx context.Context, t outbox.Task, j job, tr breaker.Transition, now time.Time) {
+func (g *Guard) transition(ctx context.Context, t wire.Task, j job, tr breaker.Transition, now time.Time) {
 	if tr == breaker.NoTransition {
 		return
 	}
@@ -213,7 +213,7 @@ func (g *Guard) transition(ctx context.Context, t outbox.Task, j job, tr breaker
 // it: released on a close, held until the next half-open time on an
 // opening. If this fails, the wakers still let them go at their old time
 // and the breaker decides again then.
-func (g *Guard) moveParked(ctx context.Context, t outbox.Task, tr breaker.Transition, openedAt *time.Time, sleepMS int64) {
+func (g *Guard) moveParked(ctx context.Context, t wire.Task, tr breaker.Transition, openedAt *time.Time, sleepMS int64) {
 	ctx = context.WithoutCancel(ctx)
 	var err error
 	switch {
@@ -232,7 +232,7 @@ func (g *Guard) moveParked(ctx context.Context, t outbox.Task, tr breaker.Transi
 // unless the transition was decided by the outcome of a notification's own
 // delivery, which would start a loop. Its deliveries are enqueued by the
 // outbox relay.
-func (g *Guard) recordOwnerEvent(ctx context.Context, t outbox.Task, j job, tr breaker.Transition, now time.Time, sleepMS int64) {
+func (g *Guard) recordOwnerEvent(ctx context.Context, t wire.Task, j job, tr breaker.Transition, now time.Time, sleepMS int64) {
 	eventType := notify.CircuitOpened
 	if tr == breaker.ClosedAgain {
 		eventType = notify.CircuitRecovered
@@ -264,7 +264,7 @@ func breakerConfig(j job) breaker.Config { return j.Breaker.Breaker() }
 
 // bucketsOf names the webhook's and the tenant's delivery buckets; a zero
 // limit (never set) is no bucket.
-func bucketsOf(t outbox.Task, j job) []ratelimit.Bucket {
+func bucketsOf(t wire.Task, j job) []ratelimit.Bucket {
 	var out []ratelimit.Bucket
 	if l := j.RateLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
 		out = append(out, ratelimit.Bucket{Key: "webhook:" + t.WebhookID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})

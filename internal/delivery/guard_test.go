@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // guardFixture is a Guard on a Redis key prefix of its own, for a webhook
@@ -26,7 +26,7 @@ type guardFixture struct {
 	prefix string
 	guard  *Guard
 	limits *ratelimit.Limiter
-	task   outbox.Task
+	task   wire.Task
 	job    job
 }
 
@@ -39,7 +39,7 @@ func newGuardFixture(t *testing.T) *guardFixture {
 	limits := ratelimit.New(rdb, prefix)
 	f := &guardFixture{ctx: context.Background(), rdb: rdb, prefix: prefix, limits: limits,
 		guard: NewGuard(breaker.New(rdb, prefix), limits, nil, slog.New(slog.DiscardHandler)),
-		task:  outbox.Task{DeliveryID: uuid.New(), WebhookID: uuid.New(), TenantID: uuid.New(), Attempt: 1},
+		task:  wire.Task{DeliveryID: uuid.New(), WebhookID: uuid.New(), TenantID: uuid.New(), Attempt: 1},
 		job:   job{Breaker: webhook.DefaultBreakerConfig(), RateLimit: webhook.RateLimit{RequestsPerMinute: 1, Burst: 1}}}
 	f.job.Breaker.Enabled = true
 	return f

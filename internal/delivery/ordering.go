@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Ordered delivery (SPEC 9). The deliveries of an ordered webhook carry an
@@ -82,7 +82,7 @@ func waitYourTurn(ctx context.Context, pool *pgxpool.Pool, key string, eventID, 
 // ReleaseNext unparks the next delivery of an order key whose head has just
 // finished, and returns its task for the caller to publish (nil when there
 // is none, or it is not parked: then its message is already on its way).
-func ReleaseNext(ctx context.Context, pool *pgxpool.Pool, key string) (*outbox.Task, error) {
+func ReleaseNext(ctx context.Context, pool *pgxpool.Pool, key string) (*wire.Task, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("release: %w", err)
@@ -91,7 +91,7 @@ func ReleaseNext(ctx context.Context, pool *pgxpool.Pool, key string) (*outbox.T
 	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
 		return nil, fmt.Errorf("order lock: %w", err)
 	}
-	var t outbox.Task
+	var t wire.Task
 	var attempts int
 	err = tx.QueryRow(ctx, releaseSQL, key).Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority,
 		&attempts, &t.CreatedAt, &t.CorrelationID)

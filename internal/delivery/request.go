@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/signature"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Version is the product version sent in User-Agent.
@@ -30,7 +30,7 @@ type envelope struct {
 
 // buildRequest makes the body and headers of attempt t.Attempt, signed with
 // every active secret of the webhook at now.
-func buildRequest(t outbox.Task, j job, now time.Time) (body []byte, h http.Header, err error) {
+func buildRequest(t wire.Task, j job, now time.Time) (body []byte, h http.Header, err error) {
 	// Without HTML escaping, and RawMessage kept as stored, data reaches
 	// the endpoint byte for byte as it was published.
 	var buf bytes.Buffer

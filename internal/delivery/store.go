@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // errGone means the delivery no longer exists (its tenant was deleted).
@@ -25,7 +25,7 @@ var errGone = errors.New("delivery not found")
 
 // job is everything one attempt needs, loaded in one query.
 type job struct {
-	Status        string
+	Status        wire.Status
 	AttemptCount  int
 	CreatedAt     time.Time
 	NextAttemptAt *time.Time
@@ -199,7 +199,7 @@ type attemptRecord struct {
 	ScheduledAt time.Time
 	ExecutedAt  time.Time
 	// Status is the delivery's new status: succeeded, retrying or exhausted.
-	Status        string
+	Status        wire.Status
 	NextAttemptAt *time.Time
 }
 
@@ -269,7 +269,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 			e := truncate(res.Error, 2000)
 			errs[i] = &e
 		}
-		statuses[i], samples[i], next[i] = r.Status, res.BodySample, r.NextAttemptAt
+		statuses[i], samples[i], next[i] = string(r.Status), res.BodySample, r.NextAttemptAt
 		// Endpoints may answer with cookies, tokens or our own signature
 		// headers echoed back: none of it is stored.
 		h, err := json.Marshal(secret.StorableHeaders(res.Header))
@@ -299,9 +299,9 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 }
 
 // markScheduled records that the message for attempt attempts+1 is
-// confirmed by the broker (see outbox.MarkEnqueuedSQL).
+// confirmed by the broker (see wire.MarkEnqueuedSQL).
 func (s *store) markScheduled(ctx context.Context, id uuid.UUID, attempts int) error {
-	_, err := s.pool.Exec(ctx, outbox.MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, []uuid.UUID{id}, attempts)
+	_, err := s.pool.Exec(ctx, wire.MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, []uuid.UUID{id}, attempts)
 	return err
 }
 

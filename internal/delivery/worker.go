@@ -13,11 +13,11 @@ import (
 
 	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // publisher is the part of queue.Publisher the worker uses.
@@ -107,7 +107,7 @@ func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error)
 func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) queue.Disposition {
 	metrics.WorkerBusy.Inc()
 	defer metrics.WorkerBusy.Dec()
-	t, err := outbox.DecodeTask(d.Body)
+	t, err := wire.DecodeTask(d.Body)
 	if err != nil {
 		w.log.Error("malformed delivery message: dead-lettered", "message_id", d.MessageId, "error", err)
 		return queue.DeadLetter
@@ -126,7 +126,7 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) queue.Disposition 
 	return w.handle(ctx, t, d.Headers)
 }
 
-func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) queue.Disposition {
+func (w *Worker) handle(ctx context.Context, t wire.Task, headers amqp.Table) queue.Disposition {
 	log := w.log.With("tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
 		"event_id", t.EventID.String(), "delivery_id", t.DeliveryID.String(), "correlation_id", t.CorrelationID)
 	loaded, err := w.loads.Do(context.WithoutCancel(ctx), t.DeliveryID)
@@ -140,7 +140,7 @@ func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) 
 		return w.putBack(ctx, log, t, headers, "load", err)
 	}
 	j := loaded.job
-	if j.Status != "pending" && j.Status != "retrying" || j.AttemptCount >= t.Attempt {
+	if j.Status.Terminal() || j.AttemptCount >= t.Attempt {
 		return queue.Ack // finished, or this attempt is recorded already: a duplicate message
 	}
 	t.Attempt = j.AttemptCount + 1
@@ -169,7 +169,7 @@ func (w *Worker) handle(ctx context.Context, t outbox.Task, headers amqp.Table) 
 }
 
 // attempt sends one attempt, records it and schedules what follows.
-func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j job, headers amqp.Table) queue.Disposition {
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j job, headers amqp.Table) queue.Disposition {
 	policy := policyOf(j.Retry)
 	now := w.now()
 	probe := false
@@ -211,13 +211,13 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j
 	var next time.Time
 	switch {
 	case decision.Succeeded:
-		rec.Status = "succeeded"
+		rec.Status = wire.Succeeded
 	case decision.Retry:
-		rec.Status = "retrying"
+		rec.Status = wire.Retrying
 		next = answered.Add(decision.Delay)
 		rec.NextAttemptAt = &next
 	default:
-		rec.Status = "exhausted"
+		rec.Status = wire.Exhausted
 		if rec.Response.Error == "" {
 			rec.Response.Error = decision.Reason
 		} else {
@@ -233,12 +233,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j
 		return queue.Ack
 	}
 	switch rec.Status {
-	case "retrying":
+	case wire.Retrying:
 		w.scheduleRetry(ctx, log, t, next)
-	case "exhausted":
+	case wire.Exhausted:
 		w.deadLetter(ctx, log, t, decision.Reason)
 	}
-	if rec.Status != "retrying" && j.OrderKey != "" {
+	if rec.Status != wire.Retrying && j.OrderKey != "" {
 		w.release(ctx, log, j.OrderKey)
 	}
 	return queue.Ack
@@ -246,7 +246,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t outbox.Task, j
 
 // cancel ends a delivery that can no longer be made, and lets the next
 // one of its order key go.
-func (w *Worker) cancel(ctx context.Context, log *slog.Logger, t outbox.Task, j job, headers amqp.Table, reason string) queue.Disposition {
+func (w *Worker) cancel(ctx context.Context, log *slog.Logger, t wire.Task, j job, headers amqp.Table, reason string) queue.Disposition {
 	if err := w.store.cancel(ctx, t.DeliveryID, reason); err != nil {
 		return w.putBack(ctx, log, t, headers, "cancel", err)
 	}
@@ -258,7 +258,7 @@ func (w *Worker) cancel(ctx context.Context, log *slog.Logger, t outbox.Task, j 
 
 // scheduleRetry publishes the next attempt to the delay queues. If that
 // fails the relay republishes it once it is due.
-func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t outbox.Task, due time.Time) {
+func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t wire.Task, due time.Time) {
 	ctx = context.WithoutCancel(ctx)
 	next := t
 	next.Attempt++
@@ -268,7 +268,7 @@ func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t outbox.T
 // enqueue publishes the message for attempt t.Attempt, due at due, and
 // marks it enqueued. If publishing fails the outbox relay sends it once it
 // is due; if only the mark fails, the relay may send it twice.
-func (w *Worker) enqueue(ctx context.Context, log *slog.Logger, t outbox.Task, due time.Time) {
+func (w *Worker) enqueue(ctx context.Context, log *slog.Logger, t wire.Task, due time.Time) {
 	if err := w.pub.Publish(ctx, t.Message(due)); err != nil {
 		log.Warn("next attempt not enqueued; the outbox relay will", "next_delivery_id", t.DeliveryID.String(), "error", err)
 		return
@@ -281,7 +281,7 @@ func (w *Worker) enqueue(ctx context.Context, log *slog.Logger, t outbox.Task, d
 // deadLetter tells the dlq process about an exhausted delivery. The
 // delivery is already exhausted in Postgres; if this fails the dlq
 // process's sweep finds it.
-func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t outbox.Task, reason string) {
+func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t wire.Task, reason string) {
 	m := t.Message(time.Time{})
 	m.Headers = amqp.Table{HeaderDeadReason: "exhausted: " + reason}
 	if err := w.pub.PublishDead(context.WithoutCancel(ctx), m); err != nil {
@@ -295,7 +295,7 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t outbox.Task
 // time by a waker; a shorter one goes through the delay tiers. reserved
 // says until is the delivery's own rate-limit slot, which its message then
 // carries.
-func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, reason schedule.Reason, until time.Time, reserved bool) queue.Disposition {
+func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, headers amqp.Table, reason schedule.Reason, until time.Time, reserved bool) queue.Disposition {
 	ctx = context.WithoutCancel(ctx)
 	metrics.DeliveriesPostponed.WithLabelValues(string(reason)).Inc()
 	if until.IsZero() || until.Sub(w.now()) >= schedule.ParkAfter {
@@ -340,7 +340,7 @@ func reservedFor(h amqp.Table, now time.Time) bool {
 // putBack returns a message after our own failure, through a delay tier so
 // that an outage does not spin it through its delivery limit; nothing is
 // recorded against the endpoint.
-func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t outbox.Task, headers amqp.Table, stage string, cause error) queue.Disposition {
+func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t wire.Task, headers amqp.Table, stage string, cause error) queue.Disposition {
 	metrics.WorkerInternalErrors.WithLabelValues(stage).Inc()
 	n := internalRetries(headers) + 1
 	if n > maxInternalRetries {
@@ -358,9 +358,9 @@ func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t outbox.Task, h
 }
 
 // observe writes the attempt's log line and metrics.
-func (w *Worker) observe(log *slog.Logger, t outbox.Task, j job, rec attemptRecord, d retry.Decision) {
+func (w *Worker) observe(log *slog.Logger, t wire.Task, j job, rec attemptRecord, d retry.Decision) {
 	res := rec.Response
-	metrics.Deliveries.WithLabelValues(rec.Status, j.EventType, string(res.Category)).Inc()
+	metrics.Deliveries.WithLabelValues(string(rec.Status), j.EventType, string(res.Category)).Inc()
 	outcome := "success"
 	if !d.Succeeded {
 		outcome = "failure"

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Runner runs batch retries in a dlq process. Several dlq processes may
@@ -169,8 +169,8 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // The batch's set: exhausted deliveries matching its filter, exhausted by
 // the time it started and not retried then, no newer than upto. The
 // snapshot fixes upto and the total; the chunks walk the set in id order.
-const setWhere = delivery.DeadLetterWhere + `
-  AND d.completed_at <= @started_at AND ` + delivery.NotRetried
+const setWhere = history.DeadLetterWhere + `
+  AND d.completed_at <= @started_at AND ` + history.NotRetried
 
 const snapshotSQL = `UPDATE batch_operations b SET upto_delivery_id = s.upto, total = s.n,
     enqueued_all_at = CASE WHEN s.n = 0 THEN now() END,
@@ -272,14 +272,14 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		}
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	var tasks []outbox.Task
+	var tasks []wire.Task
 	if len(origs) > 0 {
 		rows, err := tx.Query(ctx, insertBatchRetriesSQL, c.tenantID, c.priority, c.id, now, events, hooks, origs)
 		if err != nil {
 			return 0, false, fmt.Errorf("create retries: %w", err)
 		}
-		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Task, error) {
-			t := outbox.Task{TenantID: c.tenantID, Priority: c.priority, Attempt: 1, CreatedAt: now}
+		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.Task, error) {
+			t := wire.Task{TenantID: c.tenantID, Priority: c.priority, Attempt: 1, CreatedAt: now}
 			var orig uuid.UUID
 			err := row.Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &orig)
 			t.CorrelationID = corr[t.EventID]

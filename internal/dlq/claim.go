@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/history"
 )
 
 // Claiming a batch shares the batch slots of every dlq process between
@@ -35,7 +35,7 @@ import (
 type claim struct {
 	id        uuid.UUID
 	tenantID  uuid.UUID
-	filter    delivery.DeadLetterFilter
+	filter    history.DeadLetterFilter
 	rps       int
 	priority  string
 	upto      *uuid.UUID

@@ -19,8 +19,8 @@ import (
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/notify"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Recorder is the queue.Handler of the dead-letter queue.
@@ -83,7 +83,7 @@ func (x *exhausted) fields() []any {
 
 // notifyExhausted records the webhook.delivery_exhausted notification of x
 // in tx, unless x delivered a notification itself.
-func notifyExhausted(ctx context.Context, tx pgx.Tx, log *slog.Logger, x exhausted) ([]outbox.Task, error) {
+func notifyExhausted(ctx context.Context, tx pgx.Tx, log *slog.Logger, x exhausted) ([]wire.Task, error) {
 	if notify.IsNotification(x.EventType) {
 		notify.Suppressed(notify.DeliveryExhausted)
 		log.Info("owner notification suppressed: the exhausted delivery was a notification",
@@ -99,7 +99,7 @@ const retryDelay = time.Second
 
 // Handle records one dead letter.
 func (r *Recorder) Handle(ctx context.Context, d amqp.Delivery) queue.Disposition {
-	t, err := outbox.DecodeTask(d.Body)
+	t, err := wire.DecodeTask(d.Body)
 	if err != nil {
 		r.log.Error("undecodable dead letter dropped", "message_id", d.MessageId, "error", err, "body_sample", sample(d.Body))
 		metrics.DeadLettered.WithLabelValues("malformed").Inc()
@@ -127,7 +127,7 @@ func (r *Recorder) Handle(ctx context.Context, d amqp.Delivery) queue.Dispositio
 
 // record marks the delivery dead-lettered and, the first time, records its
 // owner notification in the same transaction.
-func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (bool, []outbox.Task, error) {
+func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (bool, []wire.Task, error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return false, nil, err
@@ -142,7 +142,7 @@ func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (boo
 	if err != nil {
 		return false, nil, err
 	}
-	var tasks []outbox.Task
+	var tasks []wire.Task
 	if fresh {
 		if tasks, err = notifyExhausted(ctx, tx, r.log, x); err != nil {
 			return false, nil, err

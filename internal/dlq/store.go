@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/fielderr"
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/history"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Errors of retries and batch operations. The API turns them into 404 and
@@ -31,7 +31,7 @@ var (
 
 // dispatcher takes committed deliveries to the broker (outbox.Dispatcher).
 type dispatcher interface {
-	Enqueue(tasks ...outbox.Task)
+	Enqueue(tasks ...wire.Task)
 }
 
 // Store is the API side of the DLQ: single retries and batch operations.
@@ -93,7 +93,7 @@ func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	case deleted:
 		return uuid.Nil, ErrNotFound
-	case status != "exhausted":
+	case wire.Status(status) != wire.Exhausted:
 		return uuid.Nil, ErrNotExhausted
 	case inFlight:
 		return uuid.Nil, ErrRetryInFlight
@@ -114,14 +114,14 @@ func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	if err := tx.Commit(ctx); err != nil {
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
-	s.dispatch.Enqueue(outbox.Task{DeliveryID: id, EventID: eventID, WebhookID: webhookID, TenantID: tenantID,
+	s.dispatch.Enqueue(wire.Task{DeliveryID: id, EventID: eventID, WebhookID: webhookID, TenantID: tenantID,
 		Priority: priority, Attempt: 1, CreatedAt: now, CorrelationID: correlation})
 	return id, nil
 }
 
 // BatchRequest is the body of POST /v1/dlq/retry-batch.
 type BatchRequest struct {
-	Filter    delivery.DeadLetterFilter `json:"filter"`
+	Filter    history.DeadLetterFilter `json:"filter"`
 	RateLimit struct {
 		RequestsPerSecond int `json:"requests_per_second"`
 	} `json:"rate_limit"`
@@ -133,20 +133,20 @@ const maxBatchRate = 10_000
 
 // Batch is a batch operation as the API shows it.
 type Batch struct {
-	ID                uuid.UUID                 `json:"id"`
-	State             string                    `json:"state"`
-	Filter            delivery.DeadLetterFilter `json:"filter"`
-	RequestsPerSecond int                       `json:"requests_per_second"`
-	Priority          string                    `json:"priority"`
-	Total             int                       `json:"total"`
-	Processed         int                       `json:"processed"`
-	Skipped           int                       `json:"skipped"`
-	Succeeded         int                       `json:"succeeded"`
-	Failed            int                       `json:"failed"`
-	Error             *string                   `json:"error"`
-	CreatedAt         time.Time                 `json:"created_at"`
-	StartedAt         *time.Time                `json:"started_at"`
-	FinishedAt        *time.Time                `json:"finished_at"`
+	ID                uuid.UUID                `json:"id"`
+	State             string                   `json:"state"`
+	Filter            history.DeadLetterFilter `json:"filter"`
+	RequestsPerSecond int                      `json:"requests_per_second"`
+	Priority          string                   `json:"priority"`
+	Total             int                      `json:"total"`
+	Processed         int                      `json:"processed"`
+	Skipped           int                      `json:"skipped"`
+	Succeeded         int                      `json:"succeeded"`
+	Failed            int                      `json:"failed"`
+	Error             *string                  `json:"error"`
+	CreatedAt         time.Time                `json:"created_at"`
+	StartedAt         *time.Time               `json:"started_at"`
+	FinishedAt        *time.Time               `json:"finished_at"`
 }
 
 // Final reports whether b will not change state any more.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Sweeper records exhausted deliveries whose dead letter never reached the
@@ -73,7 +73,7 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var tasks []outbox.Task
+	var tasks []wire.Task
 	for _, x := range swept {
 		t, err := notifyExhausted(ctx, tx, s.log, x)
 		if err != nil {

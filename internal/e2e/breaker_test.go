@@ -29,6 +29,7 @@ import (
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/netguard"
@@ -84,7 +85,7 @@ func newGuardedSystem(t *testing.T) *guardedSystem {
 	cfg.API.AdminToken = adminToken
 	cfg.Network.AllowPrivateNetworks = true
 	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: delivery.NewReader(pool), DLQ: dlq.NewStore(pool, dispatcher), Checks: health.Checks{},
+		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: history.NewReader(pool), DLQ: dlq.NewStore(pool, dispatcher), Checks: health.Checks{},
 		Breaker: breaker.New(rdb, prefix), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, prefix)})
 	require.NoError(t, err)
 	api := httptest.NewServer(srv.Handler())

@@ -15,8 +15,8 @@ import (
 
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 func publishRaw(t *testing.T, exchange, key string, msg amqp.Publishing) {
@@ -73,7 +73,7 @@ func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 	var tenantID uuid.UUID
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
 
-	task := outbox.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: tenantID,
+	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: tenantID,
 		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
 	m := task.Message(time.Time{})
 	publishRaw(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,

@@ -27,6 +27,7 @@ import (
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/outbox"
@@ -116,7 +117,7 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	cfg.API.AdminToken = adminToken
 	cfg.Network.AllowPrivateNetworks = true
 	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(apiPool),
-		Webhooks: webhook.NewStore(apiPool), Events: events, Deliveries: delivery.NewReader(apiPool), DLQ: dlq.NewStore(apiPool, dispatcher), Checks: health.Checks{},
+		Webhooks: webhook.NewStore(apiPool), Events: events, Deliveries: history.NewReader(apiPool), DLQ: dlq.NewStore(apiPool, dispatcher), Checks: health.Checks{},
 		Breaker: breaker.New(rdb, redisPrefix), Overrides: breaker.NewOverrides(apiPool), Limits: ratelimit.New(rdb, redisPrefix)})
 	require.NoError(t, err)
 	api := httptest.NewServer(srv.Handler())

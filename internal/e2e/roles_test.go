@@ -16,8 +16,8 @@ import (
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/dlq"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/retention"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // lockedBuffer collects the log lines of every part.
@@ -41,10 +41,10 @@ func (b *lockedBuffer) String() string {
 // taskSink takes the outbox tasks a part would publish.
 type taskSink struct {
 	mu    sync.Mutex
-	tasks []outbox.Task
+	tasks []wire.Task
 }
 
-func (d *taskSink) Enqueue(tasks ...outbox.Task) {
+func (d *taskSink) Enqueue(tasks ...wire.Task) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.tasks = append(d.tasks, tasks...)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/batch"
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // pending is one event waiting for its commit. The committer fills the
@@ -22,7 +22,7 @@ type pending struct {
 	createdAt time.Time
 
 	inserted bool
-	tasks    []outbox.Task
+	tasks    []wire.Task
 }
 
 // committer is the group commit of the publish path: events published at
@@ -91,7 +91,7 @@ func (c *committer) exec(ctx context.Context, batch []*pending) error {
 		}
 		p.inserted = true
 		if delID != nil {
-			p.tasks = append(p.tasks, outbox.Task{DeliveryID: *delID, EventID: p.id, WebhookID: *hookID, TenantID: p.tenantID,
+			p.tasks = append(p.tasks, wire.Task{DeliveryID: *delID, EventID: p.id, WebhookID: *hookID, TenantID: p.tenantID,
 				Priority: p.req.Priority, Attempt: 1, CreatedAt: p.createdAt, CorrelationID: p.req.CorrelationID})
 		}
 	}

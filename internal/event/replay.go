@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Errors of Replay besides ErrNotFound.
@@ -86,11 +86,11 @@ func (s *Service) Replay(ctx context.Context, tenantID, id uuid.UUID, webhookID 
 	if err != nil {
 		return Result{}, fmt.Errorf("replay event: %w", err)
 	}
-	var tasks []outbox.Task
+	var tasks []wire.Task
 	var delID, hookID *uuid.UUID
 	_, err = pgx.ForEachRow(rows, []any{&res.EventType, &res.Priority, &delID, &hookID}, func() error {
 		if delID != nil {
-			tasks = append(tasks, outbox.Task{DeliveryID: *delID, EventID: newID, WebhookID: *hookID, TenantID: tenantID,
+			tasks = append(tasks, wire.Task{DeliveryID: *delID, EventID: newID, WebhookID: *hookID, TenantID: tenantID,
 				Priority: res.Priority, Attempt: 1, CreatedAt: res.CreatedAt, CorrelationID: newID.String()})
 		}
 		return nil

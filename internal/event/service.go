@@ -16,13 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // dispatcher takes committed deliveries to the broker.
 type dispatcher interface {
-	Enqueue(tasks ...outbox.Task)
+	Enqueue(tasks ...wire.Task)
 }
 
 // Service publishes and reads events.

@@ -8,12 +8,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
-
-var deliveryStatuses = map[string]bool{"pending": true, "retrying": true, "succeeded": true, "exhausted": true, "cancelled": true}
 
 // listDeliveries pages through a webhook's deliveries, oldest first, with
 // optional status, event_type and created-time (from inclusive, to
@@ -34,9 +33,9 @@ func (s *Server) listDeliveries(c *gin.Context) {
 		abort(c, err)
 		return
 	}
-	f := delivery.ListFilter{After: p.After, Limit: p.Limit + 1}
+	f := history.ListFilter{After: p.After, Limit: p.Limit + 1}
 	if st := c.Query("status"); st != "" {
-		if !deliveryStatuses[st] {
+		if !wire.Status(st).Valid() {
 			abort(c, fielderr.New("status", "must be pending, retrying, succeeded, exhausted or cancelled"))
 			return
 		}
@@ -62,7 +61,7 @@ func (s *Server) listDeliveries(c *gin.Context) {
 		abort(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, listResponse(list, p.Limit, func(d delivery.Delivery) uuid.UUID { return d.ID }))
+	c.JSON(http.StatusOK, listResponse(list, p.Limit, func(d history.Delivery) uuid.UUID { return d.ID }))
 }
 
 // getDelivery returns a delivery with every attempt.
@@ -73,7 +72,7 @@ func (s *Server) getDelivery(c *gin.Context) {
 		return
 	}
 	d, err := s.deliveries.Get(c.Request.Context(), principal(c).TenantID, id)
-	if errors.Is(err, delivery.ErrNotFound) {
+	if errors.Is(err, history.ErrNotFound) {
 		abort(c, errNotFound)
 		return
 	}

@@ -9,10 +9,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/audit"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/history"
 )
 
 // maxDLQBody bounds the bodies of DLQ and replay requests.
@@ -21,8 +21,8 @@ const maxDLQBody = 64 << 10
 // deadLetterQuery reads the DLQ filter of a list or count request:
 // repeatable (or comma-separated) webhook_id, event_type and
 // failure_category, from and to, include_retried.
-func deadLetterQuery(c *gin.Context) (delivery.DeadLetterQuery, error) {
-	var q delivery.DeadLetterQuery
+func deadLetterQuery(c *gin.Context) (history.DeadLetterQuery, error) {
+	var q history.DeadLetterQuery
 	for _, v := range queryList(c, "webhook_id") {
 		id, err := uuid.Parse(v)
 		if err != nil {
@@ -82,7 +82,7 @@ func (s *Server) listDLQ(c *gin.Context) {
 		abort(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, listResponse(list, p.Limit, func(d delivery.DeadLetter) uuid.UUID { return d.ID }))
+	c.JSON(http.StatusOK, listResponse(list, p.Limit, func(d history.DeadLetter) uuid.UUID { return d.ID }))
 }
 
 // countDLQ counts the tenant's exhausted deliveries by failure category.

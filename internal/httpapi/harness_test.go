@@ -20,10 +20,10 @@ import (
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db/dbtest"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
@@ -116,7 +116,7 @@ func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
 		Tenants:    tenant.NewStore(pool),
 		Webhooks:   webhook.NewStore(pool),
 		Events:     events,
-		Deliveries: delivery.NewReader(pool),
+		Deliveries: history.NewReader(pool),
 		DLQ:        dlq.NewStore(pool, dispatcher),
 		Breaker:    breaker.New(rdb, redisPrefix),
 		Overrides:  breaker.NewOverrides(pool),

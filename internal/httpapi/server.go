@@ -17,10 +17,10 @@ import (
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/console"
-	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/ratelimit"
@@ -37,7 +37,7 @@ type Server struct {
 	auditLog   *audit.Store
 	webhooks   *webhook.Store
 	events     *event.Service
-	deliveries *delivery.Reader
+	deliveries *history.Reader
 	dlq        *dlq.Store
 	breaker    *breaker.Breaker
 	overrides  *breaker.Overrides
@@ -58,7 +58,7 @@ type Deps struct {
 	Tenants    *tenant.Store
 	Webhooks   *webhook.Store
 	Events     *event.Service
-	Deliveries *delivery.Reader
+	Deliveries *history.Reader
 	// DLQ retries exhausted deliveries, alone or in batches.
 	DLQ *dlq.Store
 	// Breaker reads live circuits; Overrides keeps operator overrides;

@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // The notification event types.
@@ -100,7 +100,7 @@ SELECT ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON true`
 
 // Record stores n with one delivery per subscribed webhook (other than the
 // one it is about) and returns their outbox tasks.
-func Record(ctx context.Context, q Querier, n Notification) ([]outbox.Task, error) {
+func Record(ctx context.Context, q Querier, n Notification) ([]wire.Task, error) {
 	data, err := json.Marshal(n.Data)
 	if err != nil {
 		return nil, fmt.Errorf("encode notification: %w", err)
@@ -111,13 +111,13 @@ func Record(ctx context.Context, q Querier, n Notification) ([]outbox.Task, erro
 	if err != nil {
 		return nil, fmt.Errorf("record %s notification: %w", n.Type, err)
 	}
-	var tasks []outbox.Task
+	var tasks []wire.Task
 	var created bool
 	var delID, hookID *uuid.UUID
 	_, err = pgx.ForEachRow(rows, []any{&delID, &hookID}, func() error {
 		created = true
 		if delID != nil {
-			tasks = append(tasks, outbox.Task{DeliveryID: *delID, EventID: id, WebhookID: *hookID, TenantID: n.TenantID,
+			tasks = append(tasks, wire.Task{DeliveryID: *delID, EventID: id, WebhookID: *hookID, TenantID: n.TenantID,
 				Priority: "high", Attempt: 1, CreatedAt: at, CorrelationID: id.String()})
 		}
 		return nil

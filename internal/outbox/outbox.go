@@ -1,3 +1,8 @@
+// Package outbox gets committed deliveries onto RabbitMQ: a dispatcher
+// publishes them right after their transaction commits, and a relay
+// republishes any delivery the broker has not confirmed within a few
+// seconds (the api crashed, or the broker was down). A delivery may be
+// enqueued twice; it is never lost.
 package outbox
 
 import (
@@ -9,57 +14,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // publisher is the part of queue.Publisher the outbox uses.
 type publisher interface {
 	Publish(ctx context.Context, msgs ...queue.Message) error
-}
-
-// MarkEnqueuedSQL records that the messages for the next attempt of
-// deliveries $1 are confirmed, for deliveries whose attempt count is $2
-// (the count the messages were built for, so that a late mark cannot cover
-// a newer attempt's message that was not sent). See MarkEnqueued.
-//
-// It never waits for a row lock: a delivery locked by someone else is
-// being changed by a worker recording its attempt (after which this mark
-// would not apply) or by the relay (which marks it itself). Waiting there
-// would put the mark and a worker's batch of attempt records in each
-// other's way, a deadlock that Postgres breaks only after a second.
-//
-// The rows are found by id = ANY($1) alone, and MarkEnqueued plans the
-// statement at each execution (pgx.QueryExecModeCacheDescribe), so that
-// the plan is a primary key lookup per id, never a scan of the table (a
-// generic plan made while the table was small) nor a join rescanning the
-// array.
-const MarkEnqueuedSQL = `WITH locked AS (
-    SELECT id FROM deliveries
-    WHERE id = ANY($1::uuid[]) AND attempt_count = $2
-      AND enqueued_at IS NULL AND status IN ('pending', 'retrying')
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE deliveries d SET enqueued_at = now() FROM locked WHERE d.id = locked.id`
-
-// MarkEnqueued marks the deliveries of tasks enqueued: one statement per
-// distinct attempt number among them (usually one).
-func MarkEnqueued(ctx context.Context, db execer, tasks []Task) error {
-	byAttempts := map[int][]uuid.UUID{}
-	for _, t := range tasks {
-		byAttempts[t.Attempt-1] = append(byAttempts[t.Attempt-1], t.DeliveryID)
-	}
-	for attempts, ids := range byAttempts {
-		if _, err := db.Exec(ctx, MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, ids, attempts); err != nil {
-			return fmt.Errorf("mark %d deliveries enqueued: %w", len(ids), err)
-		}
-	}
-	return nil
 }
 
 // Dispatcher publishes deliveries right after commit, in batches, and marks
@@ -73,7 +39,7 @@ type Dispatcher struct {
 	pool    *pgxpool.Pool
 	pub     publisher
 	log     *slog.Logger
-	in      chan Task
+	in      chan wire.Task
 	workers int
 	// healthy is false while publishing fails (or the dispatcher is not
 	// running): Enqueue then never waits.
@@ -90,11 +56,11 @@ const enqueueWait = time.Second
 
 // NewDispatcher returns a dispatcher; Run starts it.
 func NewDispatcher(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan Task, dispatchBuffer), workers: 4}
+	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan wire.Task, dispatchBuffer), workers: 4}
 }
 
 // Enqueue hands committed deliveries over for publishing.
-func (d *Dispatcher) Enqueue(tasks ...Task) {
+func (d *Dispatcher) Enqueue(tasks ...wire.Task) {
 	var deadline *time.Timer
 	defer func() {
 		if deadline != nil {
@@ -173,13 +139,13 @@ const (
 // at due.
 type confirmed struct {
 	due   time.Time
-	tasks []Task
+	tasks []wire.Task
 }
 
 // loop takes batches until ctx ends, then until the buffer is empty or
 // drainCtx ends, publishes them and hands the confirmed ones to markLoop.
 func (d *Dispatcher) loop(ctx, drainCtx context.Context, marks chan<- confirmed) {
-	batch := make([]Task, 0, maxBatch)
+	batch := make([]wire.Task, 0, maxBatch)
 	for {
 		select {
 		case t := <-d.in:
@@ -233,7 +199,7 @@ func (d *Dispatcher) markLoop(ctx, drainCtx context.Context, marks <-chan confir
 		if ctx.Err() != nil {
 			now = time.Now().Add(markDelay)
 		}
-		var due []Task
+		var due []wire.Task
 		for len(queue) > 0 && !queue[0].due.After(now) && len(due) < maxMark {
 			due = append(due, queue[0].tasks...)
 			queue = queue[1:]
@@ -264,14 +230,14 @@ func (d *Dispatcher) markLoop(ctx, drainCtx context.Context, marks <-chan confir
 }
 
 // mark marks tasks enqueued; a failure leaves them to the relay.
-func (d *Dispatcher) mark(ctx context.Context, tasks []Task) {
-	if err := MarkEnqueued(ctx, d.pool, tasks); err != nil {
+func (d *Dispatcher) mark(ctx context.Context, tasks []wire.Task) {
+	if err := wire.MarkEnqueued(ctx, d.pool, tasks); err != nil {
 		d.log.Warn("confirmed deliveries not marked enqueued; the relay may send them again", "deliveries", len(tasks), "error", err)
 	}
 }
 
 // publish publishes tasks with confirms.
-func publish(ctx context.Context, pub publisher, tasks []Task) error {
+func publish(ctx context.Context, pub publisher, tasks []wire.Task) error {
 	msgs := make([]queue.Message, len(tasks))
 	for i, t := range tasks {
 		msgs[i] = t.Message(time.Time{})
@@ -284,11 +250,11 @@ func publish(ctx context.Context, pub publisher, tasks []Task) error {
 }
 
 // publishAndMark publishes tasks with confirms, then marks them enqueued.
-func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []Task) error {
+func publishAndMark(ctx context.Context, db execer, pub publisher, tasks []wire.Task) error {
 	if err := publish(ctx, pub, tasks); err != nil {
 		return err
 	}
-	return MarkEnqueued(ctx, db, tasks)
+	return wire.MarkEnqueued(ctx, db, tasks)
 }
 
 // execer is a pool or a transaction.
@@ -364,8 +330,8 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("select stale deliveries: %w", err)
 		}
-		tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Task, error) {
-			var t Task
+		tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.Task, error) {
+			var t wire.Task
 			var attempts int
 			err := row.Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority, &attempts, &t.CreatedAt, &t.CorrelationID)
 			t.Attempt = attempts + 1

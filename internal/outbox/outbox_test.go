@@ -16,19 +16,20 @@ import (
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/wire"
 )
 
-func tasks(n int) []Task {
-	out := make([]Task, n)
+func tasks(n int) []wire.Task {
+	out := make([]wire.Task, n)
 	for i := range out {
-		out[i] = Task{DeliveryID: uuid.New(), Attempt: 1}
+		out[i] = wire.Task{DeliveryID: uuid.New(), Attempt: 1}
 	}
 	return out
 }
 
 // fullDispatcher returns a dispatcher whose buffer of two is full.
 func fullDispatcher(healthy bool) *Dispatcher {
-	d := &Dispatcher{in: make(chan Task, 2)}
+	d := &Dispatcher{in: make(chan wire.Task, 2)}
 	d.healthy.Store(healthy)
 	d.Enqueue(tasks(2)...)
 	return d
@@ -55,7 +56,7 @@ func TestEnqueueWaitsForRoomWhileHealthy(t *testing.T) {
 	}()
 	// Make room for the two extra tasks, one at a time, as the dispatcher's
 	// loop would; Enqueue returns once both are in.
-	got := []Task{<-d.in, <-d.in}
+	got := []wire.Task{<-d.in, <-d.in}
 	select {
 	case <-returned:
 	case <-time.After(10 * time.Second):
@@ -125,11 +126,11 @@ func TestMarkEnqueued(t *testing.T) {
 	_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, ids[2])
 	require.NoError(t, err)
 
-	ts := []Task{{DeliveryID: ids[0], Attempt: 1}, {DeliveryID: ids[1], Attempt: 1}, {DeliveryID: ids[2], Attempt: 1},
+	ts := []wire.Task{{DeliveryID: ids[0], Attempt: 1}, {DeliveryID: ids[1], Attempt: 1}, {DeliveryID: ids[2], Attempt: 1},
 		{DeliveryID: ids[3], Attempt: 1}}
 	markCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	require.NoError(t, MarkEnqueued(markCtx, pool, ts), "the mark must not wait for the held row")
+	require.NoError(t, wire.MarkEnqueued(markCtx, pool, ts), "the mark must not wait for the held row")
 
 	require.True(t, enqueued(t, pool, ids[0]))
 	require.False(t, enqueued(t, pool, ids[1]), "a message for an attempt already made marks nothing")
@@ -141,7 +142,7 @@ func TestMarkEnqueued(t *testing.T) {
 	require.NoError(t, holder.Rollback(ctx))
 	_, err = pool.Exec(ctx, `UPDATE deliveries SET enqueued_at = NULL`)
 	require.NoError(t, err)
-	require.NoError(t, MarkEnqueued(ctx, pool, []Task{{DeliveryID: ids[1], Attempt: 2}, {DeliveryID: ids[2], Attempt: 1}, {DeliveryID: ids[0], Attempt: 3}}))
+	require.NoError(t, wire.MarkEnqueued(ctx, pool, []wire.Task{{DeliveryID: ids[1], Attempt: 2}, {DeliveryID: ids[2], Attempt: 1}, {DeliveryID: ids[0], Attempt: 3}}))
 	require.True(t, enqueued(t, pool, ids[1]))
 	require.True(t, enqueued(t, pool, ids[2]))
 	require.False(t, enqueued(t, pool, ids[0]))
@@ -158,7 +159,7 @@ func TestMarkEnqueuedCoversRowsItsTransactionHolds(t *testing.T) {
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = ANY($1) FOR UPDATE`, ids); err != nil {
 			return err
 		}
-		return MarkEnqueued(ctx, tx, []Task{{DeliveryID: ids[0], Attempt: 1}, {DeliveryID: ids[1], Attempt: 1}})
+		return wire.MarkEnqueued(ctx, tx, []wire.Task{{DeliveryID: ids[0], Attempt: 1}, {DeliveryID: ids[1], Attempt: 1}})
 	})
 	require.NoError(t, err)
 	require.True(t, enqueued(t, pool, ids[0]))
@@ -204,13 +205,13 @@ func TestDispatcherMarksAfterItsDelay(t *testing.T) {
 	_, err := pool.Exec(context.Background(), `UPDATE deliveries SET attempt_count = 1, status = 'succeeded' WHERE id = $1`, ids[1])
 	require.NoError(t, err)
 	enqueuedAt := time.Now()
-	d.Enqueue(Task{DeliveryID: ids[0], Attempt: 1}, Task{DeliveryID: ids[1], Attempt: 1})
+	d.Enqueue(wire.Task{DeliveryID: ids[0], Attempt: 1}, wire.Task{DeliveryID: ids[1], Attempt: 1})
 	require.Eventually(t, func() bool { return pub.published() == 2 }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool { return enqueued(t, pool, ids[0]) }, 10*time.Second, 20*time.Millisecond)
 	require.GreaterOrEqual(t, time.Since(enqueuedAt), markDelay, "marked before its delay")
 	require.False(t, enqueued(t, pool, ids[1]), "a recorded delivery is not marked")
 
-	d.Enqueue(Task{DeliveryID: ids[2], Attempt: 1})
+	d.Enqueue(wire.Task{DeliveryID: ids[2], Attempt: 1})
 	require.Eventually(t, func() bool { return pub.published() == 3 }, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)

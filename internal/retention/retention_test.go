@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookline/hookline/internal/delivery"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
 )
 
@@ -20,7 +20,7 @@ import (
 // does.
 func (f *fixture) attemptNumbers(id uuid.UUID) []int {
 	f.t.Helper()
-	d, err := delivery.NewReader(f.pool).Get(f.ctx, f.tenant, id)
+	d, err := history.NewReader(f.pool).Get(f.ctx, f.tenant, id)
 	require.NoError(f.t, err)
 	out := []int{}
 	for _, a := range d.Attempts {
@@ -265,7 +265,7 @@ func (f *fixture) recordAttempts(stop context.Context, id uuid.UUID, created tim
 
 // readAttempts reads a delivery's three attempts until stop ends.
 func (f *fixture) readAttempts(stop context.Context, id uuid.UUID, reads *atomic.Int64) error {
-	r := delivery.NewReader(f.pool)
+	r := history.NewReader(f.pool)
 	for stop.Err() == nil {
 		d, err := r.Get(f.ctx, f.tenant, id)
 		if err != nil {

@@ -13,8 +13,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // publisher is the part of queue.Publisher the waker uses.
@@ -78,7 +78,7 @@ WHERE id = ANY($1) AND park_reason = 'circuit_open'`
 
 // parked is one claimed row.
 type parked struct {
-	task      outbox.Task
+	task      wire.Task
 	reason    Reason
 	due       time.Time
 	probes    int

@@ -6,11 +6,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 func parkedRow(hook uuid.UUID, reason Reason, probes int, sleepMS int64) parked {
-	return parked{task: outbox.Task{DeliveryID: uuid.New(), WebhookID: hook}, reason: reason, probes: probes,
+	return parked{task: wire.Task{DeliveryID: uuid.New(), WebhookID: hook}, reason: reason, probes: probes,
 		sleepMS: sleepMS, webhookID: hook}
 }
 

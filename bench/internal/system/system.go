@@ -26,6 +26,7 @@ import (
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/outbox"
@@ -105,7 +106,7 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 	srv, err := httpapi.New(httpapi.Deps{
 		Config: cfg, Log: log,
 		Tenants: tenant.NewStore(pool), Webhooks: webhook.NewStore(pool),
-		Events: events, Deliveries: delivery.NewReader(pool),
+		Events: events, Deliveries: history.NewReader(pool),
 		Breaker: breaker.New(rdb, topo.Prefix+":"), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, topo.Prefix+":"),
 		Checks: health.Checks{"rabbitmq": pub.Check},
 	})

@@ -1,9 +1,9 @@
-// Package outbox gets committed deliveries onto RabbitMQ: a dispatcher
-// publishes them right after their transaction commits, and a relay
-// republishes any delivery the broker has not confirmed within a few
-// seconds (the api crashed, or the broker was down). A delivery may be
-// enqueued twice; it is never lost.
-package outbox
+// Package wire holds what hookline's processes share about a delivery: the
+// Task its message carries from the publishing side (the api's outbox, the
+// dlq's batch retries, the wakers of parked deliveries) to the workers, the
+// mark that says a delivery's message is confirmed on the queue, and the
+// delivery statuses as the API and the database spell them.
+package wire
 
 import (
 	"encoding/json"

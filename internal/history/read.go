@@ -1,4 +1,8 @@
-package delivery
+// Package history reads what happened to deliveries, for the API and the
+// console: a delivery with its attempts, a webhook's deliveries, the DLQ
+// listing and counts, and a webhook's health. The worker writes that
+// history (package delivery); this package only reads it.
+package history
 
 import (
 	"context"
@@ -10,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // ErrNotFound means no such delivery for the tenant.
@@ -17,18 +23,18 @@ var ErrNotFound = errors.New("delivery not found")
 
 // Delivery is a delivery as the API shows it.
 type Delivery struct {
-	ID              uuid.UUID  `json:"id"`
-	EventID         uuid.UUID  `json:"event_id"`
-	WebhookID       uuid.UUID  `json:"webhook_id"`
-	EventType       string     `json:"event_type"`
-	Status          string     `json:"status"`
-	Priority        string     `json:"priority"`
-	AttemptCount    int        `json:"attempt_count"`
-	PostponedCount  int        `json:"postponed_count"`
-	LastStatusCode  *int       `json:"last_status_code"`
-	LastError       *string    `json:"last_error"`
-	FailureCategory *string    `json:"failure_category"`
-	NextAttemptAt   *time.Time `json:"next_attempt_at"`
+	ID              uuid.UUID   `json:"id"`
+	EventID         uuid.UUID   `json:"event_id"`
+	WebhookID       uuid.UUID   `json:"webhook_id"`
+	EventType       string      `json:"event_type"`
+	Status          wire.Status `json:"status"`
+	Priority        string      `json:"priority"`
+	AttemptCount    int         `json:"attempt_count"`
+	PostponedCount  int         `json:"postponed_count"`
+	LastStatusCode  *int        `json:"last_status_code"`
+	LastError       *string     `json:"last_error"`
+	FailureCategory *string     `json:"failure_category"`
+	NextAttemptAt   *time.Time  `json:"next_attempt_at"`
 	// WaitingFor says why a delivery waits, while it is parked (see
 	// docs/SCHEDULING.md): order, rate_limited, circuit_open, host_busy,
 	// tenant_share, inactive, unverified or released; null otherwise.
