@@ -1,0 +1,145 @@
+// Command fairness measures fairness between tenants: while a noisy tenant
+// misbehaves, do quiet tenants still get their deliveries, and quickly?
+//
+// It runs hookline as an operator would: the api, worker and dlq binaries
+// built from the working tree (so it measures whatever code is there), one
+// of each, as separate processes with default settings, on a database,
+// RabbitMQ vhost and Redis key prefix of their own, fresh for every
+// scenario and removed after it (also on error or Ctrl-C). Quiet tenants
+// publish to healthy local receivers; each scenario adds noisy tenants:
+//
+//	solo  one quiet tenant alone (the baseline)
+//	a     + a tenant publishing 10 events/s to 60 webhooks that never answer
+//	        (each on its own port; 10 s attempt timeout, no circuit breaker)
+//	b     + a tenant publishing 200 events/s at high priority to one healthy
+//	        webhook limited to 60 requests a minute
+//	c     + both of those noisy tenants
+//	d     ten quiet tenants sharing the quiet rate, + both noisy tenants
+//
+// For the quiet tenants together it reports the share of events received
+// within 30 s of their scheduled publish time, receipt latency from that
+// time, both against solo, and, for everyone, the worker's re-publishes
+// and the postponements per delivery, and CPU per delivery; then whether
+// each noisy scenario meets the goals (quiet share >= 95 % of solo, quiet
+// p99 <= 2x solo or < 250 ms, re-publishes per delivery <= 2). Run it from
+// the repository's root; a full run takes three to six minutes (more while
+// other work keeps the machine busy: each scenario first waits, at most
+// -idle-wait, for it to calm down).
+//
+//	go run ./bench/fairness -scenarios solo,a,b,c,d -duration 15s -quiet-rate 100 -drain 30s
+//
+// -out "" prints the table without appending it to docs/BENCHMARKS.md;
+// -src DIR measures another source tree (for example a "git archive" of an
+// older commit); -logs DIR keeps the processes' output.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hookline/hookline/bench/internal/deploy"
+	"github.com/hookline/hookline/bench/internal/report"
+)
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("fairness: ")
+	// Until the clean-up is done, Ctrl-C and SIGTERM only cancel ctx.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fairness:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	names := flag.String("scenarios", "solo,a,b,c,d", "comma-separated scenarios to run (solo, a, b, c, d); they run in that order")
+	duration := flag.Duration("duration", 15*time.Second, "publishing time per scenario")
+	quietRate := flag.Float64("quiet-rate", 100, "events/s of the quiet tenants together (in d, each of the ten publishes a tenth)")
+	drainFor := flag.Duration("drain", 30*time.Second, "after publishing, wait at most this long for the quiet events still missing")
+	idleWait := flag.Duration("idle-wait", 2*time.Minute, "before publishing, wait at most this long for the machine to be under 0.3 cores busy")
+	src := flag.String("src", ".", "build the binaries from the module in this directory (default: the working tree here)")
+	logDir := flag.String("logs", "", "keep the processes' output in this directory (default: removed with the system)")
+	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	flag.Parse()
+	chosen, err := choose(*names)
+	if err != nil {
+		return err
+	}
+	if *duration <= 0 || *duration > time.Hour || *drainFor < 0 || *drainFor > time.Hour || *quietRate <= 0 || *quietRate > 10_000 {
+		return fmt.Errorf("want 0 < -duration <= 1h, 0 <= -drain <= 1h, 0 < -quiet-rate <= 10000")
+	}
+	code := codeVersion(ctx, *src)
+	log.Printf("building ./cmd/api ./cmd/worker ./cmd/dlq (%s)", code)
+	bin, err := deploy.Build(ctx, *src)
+	if err != nil {
+		return err
+	}
+	defer bin.Remove()
+	known, err := binaryNames(filepath.Join(bin.Dir, "worker"), strings.TrimPrefix(metricRepublishes, "hookline_"))
+	if err != nil {
+		return err
+	}
+	o := options{republishesKnown: known, duration: *duration, drain: *drainFor, quietRate: *quietRate, bin: bin, logDir: *logDir, idleWait: *idleWait}
+	var results []result
+	for _, sc := range chosen {
+		res, err := runScenario(ctx, o, sc)
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", sc.name, err)
+		}
+		log.Printf("scenario %s: quiet %d/%d received within %s, p99 %s", sc.name, res.quietWithin, res.quietAccepted, shareWindow, latency(res, 99, o.drain))
+		results = append(results, res)
+	}
+	t := table(o, results, code)
+	t.Command = "go run ./bench/fairness " + shellArgs(os.Args[1:])
+	return report.Emit(t, *out)
+}
+
+// shellArgs quotes the arguments that need it, so that the command can be
+// pasted back (-out "" in particular).
+func shellArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a == "" || strings.ContainsAny(a, " \t'\"$`\\*?") {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// choose returns the named scenarios in their running order.
+func choose(list string) ([]scenario, error) {
+	var want []string
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want = append(want, n)
+		}
+	}
+	var out []scenario
+	for _, sc := range scenarios {
+		if slices.Contains(want, sc.name) {
+			out = append(out, sc)
+		}
+	}
+	for _, n := range want {
+		if !slices.ContainsFunc(scenarios, func(sc scenario) bool { return sc.name == n }) {
+			return nil, fmt.Errorf("unknown scenario %q (want solo, a, b, c, d)", n)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scenario chosen")
+	}
+	return out, nil
+}
