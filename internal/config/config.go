@@ -97,8 +97,11 @@ type Worker struct {
 	// at once. Default 256: endpoints that hang hold a slot until their
 	// timeout, so there must be room beside them for the healthy ones.
 	Concurrency int `yaml:"concurrency"`
-	// Prefetch bounds unacknowledged messages per priority queue; at least
-	// Concurrency, or the pool cannot fill. Default 256.
+	// Prefetch bounds unacknowledged messages per priority queue. A
+	// message holds its place until its attempt ends, so while every slot
+	// is held (endpoints that hang until their timeout) only the rest of
+	// the prefetch lets the worker take in, and set aside or run, the
+	// messages behind them: keep it well above Concurrency. Default 512.
 	Prefetch int `yaml:"prefetch"`
 	// ConnectTimeout bounds connecting to an endpoint (DNS, TCP and TLS),
 	// separately from the attempt's own timeout. Default 10s.
@@ -216,7 +219,7 @@ func Default() Config {
 		MetricsAddr: "127.0.0.1:9091",
 		Worker: Worker{
 			Concurrency:     256,
-			Prefetch:        256,
+			Prefetch:        512,
 			ConnectTimeout:  Duration(10 * time.Second),
 			MaxConnsPerHost: 5,
 			HostQueueWait:   Duration(500 * time.Millisecond),

@@ -64,7 +64,7 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.Equal(t, 24*time.Hour, got.API.SecretRotationGrace.D())
 	require.True(t, got.API.MigrateOnStart)
 	require.Equal(t, 5*time.Second, got.API.AuthCacheTTL.D())
-	require.Equal(t, config.Worker{Concurrency: 256, Prefetch: 256, ConnectTimeout: config.Duration(10 * time.Second), MaxConnsPerHost: 5,
+	require.Equal(t, config.Worker{Concurrency: 256, Prefetch: 512, ConnectTimeout: config.Duration(10 * time.Second), MaxConnsPerHost: 5,
 		HostQueueWait: config.Duration(500 * time.Millisecond), ReservedSlots: 32}, got.Worker)
 	require.Equal(t, config.DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: config.Duration(30 * time.Second)}, got.DLQ)
 	require.Equal(t, config.Retention{Interval: config.Duration(time.Hour), AttemptsAge: config.Duration(90 * 24 * time.Hour),
