@@ -50,6 +50,7 @@ type Worker struct {
 	store   *store
 	loads   *batch.Batcher[uuid.UUID, loadResult]
 	records *batch.Batcher[attemptRecord, bool]
+	parks   *batch.Batcher[schedule.Parking, bool]
 	sender  *Sender
 	guard   *Guard
 	pub     publisher
@@ -67,7 +68,10 @@ func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, 
 	st := &store{pool: pool}
 	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers),
 		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers),
-		sender:  sender, guard: guard, pub: pub, waker: schedule.NewWaker(pool, pub, log),
+		parks: batch.New(func(ctx context.Context, ps []schedule.Parking) ([]bool, error) {
+			return schedule.Park(ctx, pool, ps)
+		}, recordBatchSize, recordWorkers),
+		sender: sender, guard: guard, pub: pub, waker: schedule.NewWaker(pool, pub, log),
 		log: log, now: time.Now, rnd: rand.Float64}
 }
 
@@ -91,13 +95,14 @@ const (
 // are still recorded. The waker of parked deliveries runs beside them.
 func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
 	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 3)
+	done := make(chan struct{}, 4)
 	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.records.Run(batchCtx); done <- struct{}{} }()
+	go func() { _ = w.parks.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.waker.Run(ctx); done <- struct{}{} }()
 	err := consume(ctx)
 	stop()
-	for range 3 {
+	for range 4 {
 		<-done
 	}
 	return err
@@ -299,11 +304,11 @@ func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, hea
 	ctx = context.WithoutCancel(ctx)
 	metrics.DeliveriesPostponed.WithLabelValues(string(reason)).Inc()
 	if until.IsZero() || until.Sub(w.now()) >= schedule.ParkAfter {
-		var at *time.Time
+		p := schedule.Parking{DeliveryID: t.DeliveryID, Attempt: t.Attempt, Reason: reason}
 		if !until.IsZero() {
-			at = &until
+			p.Until = &until
 		}
-		_, err := schedule.Park(ctx, w.store.pool, t.DeliveryID, t.Attempt, reason, at)
+		_, err := w.parks.Do(ctx, p)
 		if err == nil {
 			metrics.DeliveriesParked.WithLabelValues(string(reason)).Inc()
 			return queue.Ack // parked, or the delivery has moved on: this message is done with

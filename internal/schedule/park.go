@@ -13,12 +13,14 @@
 package schedule
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 )
 
 // Reason is why a delivery is parked (the park_reason column).
@@ -55,25 +57,61 @@ const ParkAfter = time.Second
 // drawing from the buckets again.
 const HeaderReservedAt = "x-reserved-at"
 
-// parkSQL parks a delivery for its attempt $4 (the attempt count it was
-// built for, so that a stale duplicate message parks nothing), counting
-// the postponement. $3 NULL parks it until it is released.
-const parkSQL = `UPDATE deliveries SET parked_at = now(), park_reason = $2, next_attempt_at = $3,
-    enqueued_at = NULL, postponed_count = postponed_count + 1, updated_at = now()
-WHERE id = $1 AND attempt_count = $4 AND status IN ('pending', 'retrying')`
+// parkSQL parks deliveries, each for its attempt (the attempt count its
+// message was built for, so that a stale duplicate message parks nothing),
+// counting the postponement; a NULL time parks until released. Rows are
+// found by id = ANY($1) and the statement is planned at each execution
+// (see the worker's statements in package delivery), and they are written
+// in id order, as the worker's attempt records are, so that the two never
+// deadlock.
+const parkSQL = `UPDATE deliveries d SET parked_at = now(), park_reason = i.reason, next_attempt_at = i.until,
+    enqueued_at = NULL, postponed_count = d.postponed_count + 1, updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[]) AS i(id, reason, until, attempts)
+WHERE d.id = ANY($1) AND d.id = i.id AND d.attempt_count = i.attempts AND d.status IN ('pending', 'retrying')
+RETURNING d.id`
 
-// execer is a pool or a transaction.
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+// Parking is one delivery to park.
+type Parking struct {
+	DeliveryID uuid.UUID
+	// Attempt is the attempt the delivery's message was for.
+	Attempt int
+	Reason  Reason
+	// Until is when it is looked at again; nil: until released.
+	Until *time.Time
 }
 
-// Park parks delivery id, whose next attempt is number attempt, until
-// until (nil: until released). It reports false when the delivery was not
-// in that state any more (finished, or another message moved it on).
-func Park(ctx context.Context, db execer, id uuid.UUID, attempt int, reason Reason, until *time.Time) (bool, error) {
-	tag, err := db.Exec(ctx, parkSQL, id, string(reason), until, attempt-1)
-	if err != nil {
-		return false, fmt.Errorf("park delivery %s (%s): %w", id, reason, err)
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Park parks deliveries with one statement, and reports for each whether
+// it was parked (false: finished, or moved on by another message). It
+// fits batch.Func, so that the parkings of many handlers share a round
+// trip.
+func Park(ctx context.Context, db querier, ps []Parking) ([]bool, error) {
+	sorted := slices.Clone(ps)
+	slices.SortFunc(sorted, func(a, b Parking) int { return bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]) })
+	ids, reasons := make([]uuid.UUID, len(sorted)), make([]string, len(sorted))
+	until, attempts := make([]*time.Time, len(sorted)), make([]int32, len(sorted))
+	for i, p := range sorted {
+		ids[i], reasons[i], until[i], attempts[i] = p.DeliveryID, string(p.Reason), p.Until, int32(p.Attempt-1)
 	}
-	return tag.RowsAffected() == 1, nil
+	rows, err := db.Query(ctx, parkSQL, pgx.QueryExecModeCacheDescribe, ids, reasons, until, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("park %d deliveries: %w", len(ps), err)
+	}
+	parked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("park %d deliveries: %w", len(ps), err)
+	}
+	done := make(map[uuid.UUID]bool, len(parked))
+	for _, id := range parked {
+		done[id] = true
+	}
+	out := make([]bool, len(ps))
+	for i, p := range ps {
+		out[i] = done[p.DeliveryID]
+	}
+	return out, nil
 }
