@@ -53,13 +53,13 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	if err != nil {
 		return nil, err
 	}
-	gate := schedule.NewGate(schedule.GateConfig{Slots: cfg.Worker.Concurrency, Reserve: cfg.Worker.ReservedSlots})
+	gate := schedule.NewGate(schedule.GateConfig{Slots: cfg.Worker.Concurrency})
 	w := delivery.NewWorker(deps.PG, sender, guard, pub, log).WithSecretKeys(keys).WithGate(gate)
 	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
 		Prefetch: cfg.Worker.Prefetch,
-		// Beyond the slots, room to take in (and defer) the messages of
-		// tenants over their share while every slot is busy.
-		Concurrency: cfg.Worker.Concurrency + schedule.IntakeHeadroom(cfg.Worker.Concurrency),
+		// Beyond the slots, room for the shares owed to other tenants and
+		// to take in (and defer) the messages of tenants over their share.
+		Concurrency: schedule.Handlers(cfg.Worker.Concurrency),
 		Grace:       cfg.ShutdownGrace.D(),
 	}, w.Handle)
 	metrics.WorkerCapacity.Set(float64(cfg.Worker.Concurrency))

@@ -94,8 +94,10 @@ type Retention struct {
 // Worker configures the delivery workers.
 type Worker struct {
 	// Concurrency is the number of deliveries one worker process attempts
-	// at once. Default 256: endpoints that hang hold a slot until their
-	// timeout, so there must be room beside them for the healthy ones.
+	// at once. Default 256. Tenants share them (see docs/SCHEDULING.md): a
+	// tenant below its fair share (Concurrency divided by the tenants with
+	// work) is let in even when the others hold every slot, so attempts in
+	// flight may reach twice Concurrency while endpoints hang.
 	Concurrency int `yaml:"concurrency"`
 	// Prefetch bounds unacknowledged messages per priority queue. A
 	// message holds its place until its attempt ends, so while every slot
@@ -114,14 +116,6 @@ type Worker struct {
 	// free connection to its endpoint host before it is deferred to the
 	// host's next estimated free slot. Default 500ms.
 	HostQueueWait Duration `yaml:"host_queue_wait"`
-	// ReservedSlots are the delivery slots of a worker that only tenants
-	// below their fair share (Concurrency divided by the tenants with work
-	// in flight) may take: a tenant over its share, or alone, never holds
-	// more than Concurrency - ReservedSlots, so a newly busy tenant always
-	// finds room at once. At most half of Concurrency is reserved, whatever
-	// is set. Default 32 (an eighth of the default concurrency). See
-	// docs/SCHEDULING.md.
-	ReservedSlots int `yaml:"reserved_slots"`
 }
 
 // Database configures the Postgres system of record.
@@ -223,7 +217,6 @@ func Default() Config {
 			ConnectTimeout:  Duration(10 * time.Second),
 			MaxConnsPerHost: 5,
 			HostQueueWait:   Duration(500 * time.Millisecond),
-			ReservedSlots:   32,
 		},
 		ShutdownGrace: Duration(25 * time.Second),
 		DLQ:           DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: Duration(30 * time.Second)},
@@ -398,9 +391,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.HostQueueWait.D() < 0 || c.Worker.HostQueueWait.D() > 30*time.Second {
 		bad("worker.host_queue_wait", "must be between 0 and 30s")
-	}
-	if c.Worker.ReservedSlots < 0 || c.Worker.ReservedSlots > 10_000 {
-		bad("worker.reserved_slots", "must be between 0 and 10000, got %d", c.Worker.ReservedSlots)
 	}
 	if c.DLQ.BatchConcurrencyPerTenant < 1 || c.DLQ.BatchConcurrencyPerTenant > 100 {
 		bad("dlq.batch_concurrency_per_tenant", "must be between 1 and 100, got %d", c.DLQ.BatchConcurrencyPerTenant)

@@ -65,7 +65,7 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.True(t, got.API.MigrateOnStart)
 	require.Equal(t, 5*time.Second, got.API.AuthCacheTTL.D())
 	require.Equal(t, config.Worker{Concurrency: 256, Prefetch: 512, ConnectTimeout: config.Duration(10 * time.Second), MaxConnsPerHost: 5,
-		HostQueueWait: config.Duration(500 * time.Millisecond), ReservedSlots: 32}, got.Worker)
+		HostQueueWait: config.Duration(500 * time.Millisecond)}, got.Worker)
 	require.Equal(t, config.DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: config.Duration(30 * time.Second)}, got.DLQ)
 	require.Equal(t, config.Retention{Interval: config.Duration(time.Hour), AttemptsAge: config.Duration(90 * 24 * time.Hour),
 		PayloadAge: config.Duration(7 * 24 * time.Hour), BatchSize: 5000}, got.Retention)
@@ -103,7 +103,7 @@ api:
   auth_cache_ttl: 0s
 metrics_addr: ":9999"
 shutdown_grace: 90s
-worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2, host_queue_wait: 250ms, reserved_slots: 3}
+worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2, host_queue_wait: 250ms}
 dlq: {batch_concurrency: 3, batch_concurrency_per_tenant: 2, batch_claim_timeout: 5s}
 retention: {interval: 10m, attempts_age: 720h, payload_age: 48h, batch_size: 100}
 network:
@@ -136,7 +136,7 @@ security:
 			MigrateOnStart:      false,
 		},
 		Worker: config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2,
-			HostQueueWait: config.Duration(250 * time.Millisecond), ReservedSlots: 3},
+			HostQueueWait: config.Duration(250 * time.Millisecond)},
 		DLQ: config.DLQ{BatchConcurrency: 3, BatchConcurrencyPerTenant: 2, BatchClaimTimeout: config.Duration(5 * time.Second)},
 		Retention: config.Retention{Interval: config.Duration(10 * time.Minute), AttemptsAge: config.Duration(720 * time.Hour),
 			PayloadAge: config.Duration(48 * time.Hour), BatchSize: 100},
@@ -421,7 +421,6 @@ func TestValidate(t *testing.T) {
 		{"batch concurrency per tenant 0", func(c *config.Config) { c.DLQ.BatchConcurrencyPerTenant = 0 }, "dlq.batch_concurrency_per_tenant"},
 		{"host queue wait negative", func(c *config.Config) { c.Worker.HostQueueWait = -1 }, "worker.host_queue_wait"},
 		{"host queue wait 1m", func(c *config.Config) { c.Worker.HostQueueWait = config.Duration(time.Minute) }, "worker.host_queue_wait"},
-		{"reserved slots negative", func(c *config.Config) { c.Worker.ReservedSlots = -1 }, "worker.reserved_slots"},
 		{"batch claim timeout tiny", func(c *config.Config) { c.DLQ.BatchClaimTimeout = config.Duration(time.Millisecond) }, "dlq.batch_claim_timeout"},
 		{"retention interval 0", func(c *config.Config) { c.Retention.Interval = 0 }, "retention.interval"},
 		{"attempts age under a day", func(c *config.Config) { c.Retention.AttemptsAge = config.Duration(time.Hour) }, "retention.attempts_age"},

@@ -69,9 +69,8 @@ type options struct {
 	// log receives every part's logs; discarded when nil.
 	log *slog.Logger
 	// share makes the worker share its slots (workers of them) between
-	// tenants, with this many reserved, as the worker process does.
-	share   bool
-	reserve int
+	// tenants, as the worker process does.
+	share bool
 }
 
 func newSystem(t *testing.T, opts ...func(*options)) *system {
@@ -129,8 +128,8 @@ func newSystem(t *testing.T, opts ...func(*options)) *system {
 	worker := delivery.NewWorker(workerPool, sender, guard, pub, log)
 	handlers := o.workers
 	if o.share {
-		worker.WithGate(schedule.NewGate(schedule.GateConfig{Slots: o.workers, Reserve: o.reserve, Wait: 50 * time.Millisecond}))
-		handlers += schedule.IntakeHeadroom(o.workers)
+		worker.WithGate(schedule.NewGate(schedule.GateConfig{Slots: o.workers, Wait: 50 * time.Millisecond}))
+		handlers = schedule.Handlers(o.workers)
 	}
 	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: handlers, Grace: time.Second}, worker.Handle)
 	recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8, Concurrency: 2, Grace: time.Second},

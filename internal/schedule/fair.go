@@ -10,13 +10,17 @@ import (
 
 // Gate shares one worker's delivery slots fairly between tenants.
 //
-// A tenant may take a free slot while it holds fewer than its fair share
-// (the slots divided by the tenants with work in this worker), or while
-// more than the reserve is free. So a tenant alone may use every slot but
-// the reserve; as soon as a second tenant has work, the reserve is there
-// for it at once, and the first tenant cannot take slots back from the
-// newcomer once its share is reached. Slots are never taken away from a
-// delivery in flight: a tenant over its share shrinks as its attempts end.
+// Each tenant with work in this worker is owed its fair share: the slots
+// divided by the tenants with work here. A tenant below its share is always
+// let in, even when others hold every slot; a tenant at or above its share
+// only while the worker has a free slot. So a tenant alone may use every
+// slot; as soon as a second tenant has work, it gets its share at once,
+// without waiting for the first one's attempts to end (they may hang until
+// their timeout), and the first cannot take a freed slot while the worker
+// is full. Slots are never taken away from a delivery in flight: a tenant
+// over its share shrinks as its attempts end. Attempts in flight stay
+// below twice the slots: those of tenants over their share take free
+// slots only, and the shares together are the slots.
 //
 // A delivery that finds no slot waits a little (bounded per tenant, so that
 // one tenant's waiting messages cannot fill the worker's prefetch), then is
@@ -25,10 +29,10 @@ import (
 // reservation. The estimate only decides when a parked delivery is looked
 // at again; whether it may then go is decided here again.
 type Gate struct {
-	slots, reserve int
-	maxWaiters     int
-	wait           time.Duration
-	now            func() time.Time
+	slots      int
+	maxWaiters int
+	wait       time.Duration
+	now        func() time.Time
 
 	mu       sync.Mutex
 	inFlight int
@@ -54,9 +58,6 @@ type tenantSlots struct {
 type GateConfig struct {
 	// Slots is the worker's concurrency.
 	Slots int
-	// Reserve is how many free slots only tenants below their share may
-	// take; at most half of Slots is used.
-	Reserve int
 	// MaxWaiters bounds the deliveries of one tenant waiting for a slot in
 	// memory. Default 8.
 	MaxWaiters int
@@ -65,19 +66,19 @@ type GateConfig struct {
 	Wait time.Duration
 }
 
-// IntakeHeadroom is how many message handlers a worker runs beyond its
-// slots: they take in the messages of tenants over their share (and
-// defer them) while every slot is busy, so that another tenant's messages
-// behind them are reached. A quarter of the slots, at least 16.
-func IntakeHeadroom(slots int) int { return max(slots/4, 16) }
+// Handlers is how many message handlers a worker with slots runs: twice
+// the slots (attempts in flight stay below that, see Gate), and a quarter
+// more that take in the messages of tenants over their share (and defer
+// them) while the rest are busy, so that other tenants' messages behind
+// them are reached.
+func Handlers(slots int) int { return 2*slots + max(slots/4, 16) }
 
 // initialHold is the slot time assumed for a tenant not measured yet.
 const initialHold = 100 * time.Millisecond
 
 // NewGate returns a gate of cfg.Slots slots.
 func NewGate(cfg GateConfig) *Gate {
-	g := &Gate{slots: max(cfg.Slots, 1), reserve: min(max(cfg.Reserve, 0), cfg.Slots/2),
-		maxWaiters: cfg.MaxWaiters, wait: cfg.Wait, now: time.Now,
+	g := &Gate{slots: max(cfg.Slots, 1), maxWaiters: cfg.MaxWaiters, wait: cfg.Wait, now: time.Now,
 		tenants: map[uuid.UUID]*tenantSlots{}, changed: make(chan struct{})}
 	if g.maxWaiters <= 0 {
 		g.maxWaiters = 8
@@ -155,11 +156,7 @@ func (g *Gate) Defer(tenant uuid.UUID) time.Time {
 
 // allowed applies the sharing rule to ts; g.mu is held.
 func (g *Gate) allowed(ts *tenantSlots) bool {
-	free := g.slots - g.inFlight
-	if free <= 0 || ts.inFlight >= g.slots-g.reserve {
-		return false
-	}
-	return ts.inFlight < g.shareLocked() || free > g.reserve
+	return ts.inFlight < g.shareLocked() || g.inFlight < g.slots
 }
 
 // shareLocked is the fair share: the slots divided by the tenants with

@@ -22,58 +22,68 @@ func enterN(t *testing.T, g *Gate, tenant uuid.UUID, n int) []*Slot {
 	return out
 }
 
-func TestAloneATenantUsesEverySlotButTheReserve(t *testing.T) {
+func TestAloneATenantUsesEverySlot(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 10, Reserve: 2, Wait: time.Millisecond})
+	g := NewGate(GateConfig{Slots: 10, Wait: time.Millisecond})
 	a := uuid.New()
-	enterN(t, g, a, 8)
-	require.Nil(t, g.Enter(context.Background(), a), "the reserve is not for a tenant alone")
-	require.Equal(t, 8, g.InFlight(a))
+	enterN(t, g, a, 10)
+	require.Nil(t, g.Enter(context.Background(), a), "every slot is taken")
+	require.Equal(t, 10, g.InFlight(a))
 }
 
-func TestTheReserveIsThereForANewTenantAtOnce(t *testing.T) {
+func TestANewTenantGetsItsShareAtOnceWhenEverySlotIsHeld(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 10, Reserve: 2, Wait: time.Millisecond})
+	g := NewGate(GateConfig{Slots: 10, Wait: time.Millisecond})
 	a, b := uuid.New(), uuid.New()
-	enterN(t, g, a, 8)
-	enterN(t, g, b, 2)
-	require.Nil(t, g.Enter(context.Background(), b), "every slot is taken")
+	enterN(t, g, a, 10)
+	// b's share is 5: let in beyond the slots, up to it.
+	enterN(t, g, b, 5)
+	require.Nil(t, g.Enter(context.Background(), b), "b is at its share and nothing is free")
+	require.Nil(t, g.Enter(context.Background(), a), "a is over its share and nothing is free")
+	require.Equal(t, 15, g.Stats().InFlight)
 }
 
-func TestATenantOverItsShareCannotTakeTheReserve(t *testing.T) {
+func TestATenantOverItsShareTakesOnlyFreeSlots(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 10, Reserve: 4, Wait: time.Millisecond})
+	g := NewGate(GateConfig{Slots: 10, Wait: time.Millisecond})
 	a, b := uuid.New(), uuid.New()
-	held := enterN(t, g, a, 6)
+	held := enterN(t, g, a, 8)
 	enterN(t, g, b, 1)
-	// a holds 6 of 10 with b active: its share is 5, and 3 free slots are
-	// not more than the reserve.
-	require.Nil(t, g.Enter(context.Background(), a))
-	// b, under its share, takes the free slots.
-	enterN(t, g, b, 3)
-	// Once a is back under its share, it may take a free slot again, up to
-	// its share.
+	// a holds 8 of 10 with b active (share 5): it may take the one free slot.
+	enterN(t, g, a, 1)
+	require.Nil(t, g.Enter(context.Background(), a), "over its share with the worker full")
+	// b, under its share, is let in although the worker is full.
+	enterN(t, g, b, 4)
+	// Slots a gives back do not go back to a while the worker is still full.
 	held[0].Done()
 	held[1].Done()
-	enterN(t, g, a, 1)
-	require.Nil(t, g.Enter(context.Background(), a), "a is at its share and only the reserve is free")
+	require.Nil(t, g.Enter(context.Background(), a), "13 in flight of 10: nothing is free")
+	// Once a is back under its share, it is let in again.
+	for _, s := range held[2:6] {
+		s.Done()
+	}
+	require.Equal(t, 3, g.InFlight(a))
+	enterN(t, g, a, 2)
 }
 
-func TestUnderItsShareATenantTakesAnyFreeSlot(t *testing.T) {
+func TestSharesFollowTheTenantsWithWork(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 10, Reserve: 4, Wait: time.Millisecond})
-	a, b := uuid.New(), uuid.New()
-	enterN(t, g, a, 4)
-	enterN(t, g, b, 1)
-	// a (4) is under its share (5): it may take a slot although only the
-	// reserve's worth is left beyond it.
-	enterN(t, g, a, 1)
-	require.Nil(t, g.Enter(context.Background(), a), "at its share, with no more than the reserve free")
+	g := NewGate(GateConfig{Slots: 12, Wait: time.Millisecond})
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	enterN(t, g, a, 12)
+	enterN(t, g, b, 6)
+	cs := enterN(t, g, c, 4) // three tenants: 4 each
+	require.Nil(t, g.Enter(context.Background(), c))
+	require.Equal(t, 4, g.Stats().Share)
+	for _, s := range cs {
+		s.Done()
+	}
+	require.Equal(t, 6, g.Stats().Share, "c has no work left: two tenants share")
 }
 
 func TestAWaiterGetsTheNextFreedSlot(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 2, Reserve: 0, Wait: time.Minute})
+	g := NewGate(GateConfig{Slots: 2, Wait: time.Minute})
 	a := uuid.New()
 	held := enterN(t, g, a, 2)
 	got := make(chan *Slot)
@@ -90,7 +100,7 @@ func TestAWaiterGetsTheNextFreedSlot(t *testing.T) {
 
 func TestAWaiterGivesUpWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 1, Reserve: 0, Wait: time.Minute})
+	g := NewGate(GateConfig{Slots: 1, Wait: time.Minute})
 	a := uuid.New()
 	enterN(t, g, a, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -104,7 +114,7 @@ func TestAWaiterGivesUpWhenItsContextEnds(t *testing.T) {
 
 func TestWaitersPerTenantAreBounded(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 1, Reserve: 0, MaxWaiters: 2, Wait: time.Minute})
+	g := NewGate(GateConfig{Slots: 1, MaxWaiters: 2, Wait: time.Minute})
 	a := uuid.New()
 	enterN(t, g, a, 1)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -120,7 +130,7 @@ func TestWaitersPerTenantAreBounded(t *testing.T) {
 
 func TestDeferHandsOutTheTenantsNextSlotsOneAfterTheOther(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 4, Reserve: 0, Wait: time.Millisecond})
+	g := NewGate(GateConfig{Slots: 4, Wait: time.Millisecond})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	g.now = func() time.Time { return now }
 	a := uuid.New()
@@ -152,7 +162,7 @@ func TestDeferHandsOutTheTenantsNextSlotsOneAfterTheOther(t *testing.T) {
 
 func TestAnIdleTenantIsForgotten(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 4, Reserve: 1, Wait: time.Millisecond})
+	g := NewGate(GateConfig{Slots: 4, Wait: time.Millisecond})
 	a, b := uuid.New(), uuid.New()
 	for _, s := range append(enterN(t, g, a, 2), enterN(t, g, b, 1)...) {
 		s.Done()
@@ -160,19 +170,13 @@ func TestAnIdleTenantIsForgotten(t *testing.T) {
 	require.Equal(t, Stats{InFlight: 0, Tenants: 0, Share: 4}, g.Stats())
 }
 
-func TestTheReserveIsAtMostHalfTheSlots(t *testing.T) {
-	t.Parallel()
-	g := NewGate(GateConfig{Slots: 4, Reserve: 100, Wait: time.Millisecond})
-	enterN(t, g, uuid.New(), 2)
-}
-
 // TestSharesUnderContention runs many tenants through a small gate at once
-// and checks the invariants at every entry: never more slots than the
-// gate has, never a tenant above all but the reserve.
+// and checks the invariants at every entry: never twice the slots in
+// flight, never a tenant above the slots.
 func TestSharesUnderContention(t *testing.T) {
 	t.Parallel()
-	const slots, reserve = 16, 4
-	g := NewGate(GateConfig{Slots: slots, Reserve: reserve, Wait: 5 * time.Millisecond})
+	const slots = 16
+	g := NewGate(GateConfig{Slots: slots, Wait: 5 * time.Millisecond})
 	tenants := make([]uuid.UUID, 6)
 	for i := range tenants {
 		tenants[i] = uuid.New()
@@ -192,7 +196,7 @@ func TestSharesUnderContention(t *testing.T) {
 					continue
 				}
 				entered.Add(1)
-				if inFlight.Add(1) > slots || perTenant[i].Add(1) > slots-reserve {
+				if inFlight.Add(1) >= 2*slots || perTenant[i].Add(1) > slots {
 					violations.Add(1)
 				}
 				perTenant[i].Add(-1)

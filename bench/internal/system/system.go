@@ -129,10 +129,10 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 			guard = delivery.NewGuard(breaker.New(rdb, topo.Prefix+":"), ratelimit.New(rdb, topo.Prefix+":"), pool, log)
 		}
 		// Tenants share each worker's slots as in the worker process.
-		gate := schedule.NewGate(schedule.GateConfig{Slots: o.WorkerConcurrency, Reserve: o.WorkerConcurrency / 8})
+		gate := schedule.NewGate(schedule.GateConfig{Slots: o.WorkerConcurrency})
 		w := delivery.NewWorker(pool, sender, guard, pub, log).WithGate(gate)
 		c := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: o.Prefetch,
-			Concurrency: o.WorkerConcurrency + schedule.IntakeHeadroom(o.WorkerConcurrency), Grace: time.Second}, w.Handle)
+			Concurrency: schedule.Handlers(o.WorkerConcurrency), Grace: time.Second}, w.Handle)
 		parts = append(parts, func(ctx context.Context) error { return w.Serve(ctx, c.Run) })
 	}
 	bg, cancel := context.WithCancel(context.Background())
