@@ -25,8 +25,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/hookline/hookline/bench/internal/report"
 	"github.com/hookline/hookline/bench/internal/system"
+	"github.com/hookline/hookline/internal/metrics"
 )
 
 func main() {
@@ -82,7 +85,7 @@ func main() {
 			"CPU cores used: average over the run (publishing and draining) of each process group, from /proc: hookline (this process: api, worker, receiver and load generator), postgres (all its processes), rabbitmq (beam.smp), redis.",
 			"Deliveries/s: successful attempts recorded in Postgres per second from the first publish to the last recorded success. Publish-to-receipt: from the publish request's scheduled send time to the receiver reading the POST.",
 		},
-		Header: []string{"ordering", "rate/s", "published", "deliveries/s", "publish p50", "publish p99", "receipt p50", "receipt p99", "receipt p99.9", "lost", "duplicates", "CPU cores used"},
+		Header: []string{"ordering", "rate/s", "published", "deliveries/s", "publish p50", "publish p99", "receipt p50", "receipt p99", "receipt p99.9", "lost", "duplicates", "postponed for a busy host", "CPU cores used"},
 	}
 	for _, ordering := range strings.Split(*orderings, ",") {
 		ordering = strings.TrimSpace(ordering)
@@ -95,15 +98,26 @@ func main() {
 			if err != nil || rate <= 0 {
 				log.Fatalf("bad rate %q", r)
 			}
-			before := report.SampleCPU()
+			before, busyBefore := report.SampleCPU(), hostBusy()
 			res := run(sys, rc, key, rate, *duration, *payload, *hooks)
 			cpu := report.CPUUse(before, report.SampleCPU())
-			table.Rows = append(table.Rows, append(append([]string{ordering}, res.row(rate)...), cpu))
+			busy := fmt.Sprintf("%.0f", hostBusy()-busyBefore)
+			table.Rows = append(table.Rows, append(append([]string{ordering}, res.row(rate)...), busy, cpu))
 		}
 	}
 	if err := report.Emit(table, *out); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// hostBusy reads the in-process workers' count of deliveries put off
+// because their endpoint host had no free connection.
+func hostBusy() float64 {
+	var m dto.Metric
+	if err := metrics.DeliveriesPostponed.WithLabelValues("host_busy").Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
 }
 
 type result struct {

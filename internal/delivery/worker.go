@@ -199,7 +199,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 			// Cut off by our own shutdown: not the endpoint's attempt.
 			return queue.Requeue
 		}
-		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, answered), false)
+		// The rate-limit slot this attempt was let in on goes with it: it
+		// is sent later than that slot, never earlier, and draws no other.
+		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, answered), w.guard != nil)
 	}
 	if w.guard != nil {
 		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, answered)

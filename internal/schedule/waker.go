@@ -180,7 +180,10 @@ func (w *Waker) publish(ctx context.Context, tx pgx.Tx, wake []parked) error {
 	ids := make([]uuid.UUID, len(wake))
 	for i, p := range wake {
 		msgs[i] = p.task.Message(p.due)
-		if p.reason == RateLimited {
+		// A rate-limited delivery goes on its reserved slot; one that found
+		// its host busy had been let in on a slot already. Neither draws
+		// from the buckets again.
+		if p.reason == RateLimited || p.reason == HostBusy {
 			msgs[i].Headers = amqp.Table{HeaderReservedAt: p.due.UnixMilli()}
 		}
 		ids[i] = p.task.DeliveryID
