@@ -37,7 +37,8 @@ func main() {
 	duration := flag.Duration("duration", 15*time.Second, "publishing time per rate")
 	hooks := flag.Int("webhooks", 1, "subscribed webhooks (all on the local receiver)")
 	workers := flag.Int("workers", 1, "in-process worker instances")
-	concurrency := flag.Int("concurrency", 256, "deliveries in flight (and prefetched) per worker")
+	concurrency := flag.Int("concurrency", 256, "deliveries in flight per worker")
+	prefetch := flag.Int("prefetch", 512, "unacknowledged messages per priority queue per worker")
 	perHost := flag.Int("max-conns-per-host", 5, "per-endpoint-host limit of each worker")
 	guard := flag.Bool("guard", true, "workers check the circuit breaker and token buckets in Redis before each attempt, as deployed")
 	payload := flag.Int("payload", 1024, "approximate event data size in bytes")
@@ -61,7 +62,7 @@ func main() {
 	}
 	go func() { _ = http.Serve(ln, rc) }()
 
-	sys, err := system.Start(context.Background(), system.Options{Workers: *workers, WorkerConcurrency: *concurrency, Prefetch: *concurrency, MaxConnsPerHost: *perHost, Guard: *guard})
+	sys, err := system.Start(context.Background(), system.Options{Workers: *workers, WorkerConcurrency: *concurrency, Prefetch: *prefetch, MaxConnsPerHost: *perHost, Guard: *guard})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,8 +80,8 @@ func main() {
 		Title:   "End to end: publish -> signed POST received -> attempt durable",
 		Command: "go run ./bench/e2e " + strings.Join(os.Args[1:], " "),
 		Notes: []string{
-			fmt.Sprintf("One process holds the api, %d worker(s) (%d deliveries in flight each, %d per endpoint host), a receiver answering 200 at once, and the load generator; Postgres, Redis and RabbitMQ are the local services. %d webhook(s), %d-byte payloads, %s per rate.",
-				*workers, *concurrency, *perHost, *hooks, *payload, *duration),
+			fmt.Sprintf("One process holds the api, %d worker(s) (%d deliveries in flight each, prefetch %d, %d per endpoint host), a receiver answering 200 at once, and the load generator; Postgres, Redis and RabbitMQ are the local services. %d webhook(s), %d-byte payloads, %s per rate.",
+				*workers, *concurrency, *prefetch, *perHost, *hooks, *payload, *duration),
 			guardNote,
 			"CPU cores used: average over the run (publishing and draining) of each process group, from /proc: hookline (this process: api, worker, receiver and load generator), postgres (all its processes), rabbitmq (beam.smp), redis.",
 			"Deliveries/s: successful attempts recorded in Postgres per second from the first publish to the last recorded success. Publish-to-receipt: from the publish request's scheduled send time to the receiver reading the POST.",

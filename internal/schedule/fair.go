@@ -22,9 +22,10 @@ import (
 // below twice the slots: those of tenants over their share take free
 // slots only, and the shares together are the slots.
 //
-// A delivery that finds no slot waits a little (bounded per tenant, so that
-// one tenant's waiting messages cannot fill the worker's prefetch), then is
-// deferred to its tenant's estimated next free slot (Defer): the tenant's
+// A delivery that finds no slot waits for one while its tenant is alone
+// (deferring it would help nobody), else a little (bounded per tenant, so
+// that one tenant's waiting messages cannot fill the worker's prefetch),
+// then is deferred to its tenant's estimated next free slot (Defer): the tenant's
 // measured slot time divided by its share, one slot after the other, like a
 // reservation. The estimate only decides when a parked delivery is looked
 // at again; whether it may then go is decided here again.
@@ -59,7 +60,7 @@ type GateConfig struct {
 	// Slots is the worker's concurrency.
 	Slots int
 	// MaxWaiters bounds the deliveries of one tenant waiting for a slot in
-	// memory. Default 8.
+	// memory while other tenants have work. Default 8.
 	MaxWaiters int
 	// Wait is how long a delivery waits for a slot before it is deferred.
 	// Default 250ms.
@@ -99,28 +100,35 @@ type Slot struct {
 // Done frees the slot and feeds its duration into the tenant's estimate.
 func (s *Slot) Done() { s.g.done(s) }
 
-// Enter takes a slot for tenant, waiting up to the gate's wait. It returns
-// nil when none came free (or ctx ended): the caller defers the delivery.
+// Enter takes a slot for tenant, waiting for one while that harms no one:
+// as long as the tenant is the only one with work here (up to Slots
+// waiters: its messages fill the prefetch, but nobody else's are behind
+// them), else up to the gate's wait and MaxWaiters. It returns nil when
+// none came free in time (or ctx ended): the caller defers the delivery.
 func (g *Gate) Enter(ctx context.Context, tenant uuid.UUID) *Slot {
 	g.mu.Lock()
 	ts := g.tenant(tenant)
 	if g.allowed(ts) {
 		return g.take(tenant, ts)
 	}
-	if ts.waiting >= g.maxWaiters {
+	if ts.waiting >= g.maxWaitersOf(ts) {
 		g.forget(tenant, ts)
 		g.mu.Unlock()
 		return nil
 	}
 	g.change(ts, 0, +1)
-	deadline := time.NewTimer(g.wait)
-	defer deadline.Stop()
+	var deadline <-chan time.Time // none while the tenant is alone
 	for {
+		if deadline == nil && !g.alone(ts) {
+			timer := time.NewTimer(g.wait)
+			defer timer.Stop()
+			deadline = timer.C
+		}
 		changed := g.changed
 		g.mu.Unlock()
 		select {
 		case <-changed:
-		case <-deadline.C:
+		case <-deadline:
 			return g.giveUp(tenant, ts)
 		case <-ctx.Done():
 			return g.giveUp(tenant, ts)
@@ -130,7 +138,28 @@ func (g *Gate) Enter(ctx context.Context, tenant uuid.UUID) *Slot {
 			g.change(ts, 0, -1)
 			return g.take(tenant, ts)
 		}
+		if ts.waiting > g.maxWaitersOf(ts) {
+			// Another tenant has work now: this one's extra waiters make
+			// room for its messages.
+			g.mu.Unlock()
+			return g.giveUp(tenant, ts)
+		}
 	}
+}
+
+// alone reports whether ts is the only tenant with work here; g.mu is held.
+func (g *Gate) alone(ts *tenantSlots) bool {
+	return g.active == 1 && (ts.inFlight > 0 || ts.waiting > 0)
+}
+
+// maxWaitersOf is how many deliveries of ts may wait for a slot: as many as
+// the slots while it is alone, MaxWaiters once others have work; g.mu is
+// held.
+func (g *Gate) maxWaitersOf(ts *tenantSlots) int {
+	if g.active == 0 || g.alone(ts) {
+		return g.slots
+	}
+	return g.maxWaiters
 }
 
 // Defer returns when a delivery of tenant that found no slot should be
@@ -175,6 +204,9 @@ func (g *Gate) change(ts *tenantSlots, inFlight, waiting int) {
 	if is := ts.inFlight > 0 || ts.waiting > 0; is != was {
 		if is {
 			g.active++
+			// The waiters of a tenant that was alone look again: they
+			// are no longer free to wait without limit.
+			g.broadcast()
 		} else {
 			g.active--
 		}
@@ -217,6 +249,11 @@ func (g *Gate) done(s *Slot) {
 	// An exponential moving average over about the last eight slots.
 	ts.hold += (held - ts.hold) / 8
 	g.forget(s.tenant, ts)
+	g.broadcast()
+}
+
+// broadcast wakes every waiter to look again; g.mu is held.
+func (g *Gate) broadcast() {
 	close(g.changed)
 	g.changed = make(chan struct{})
 }

@@ -22,13 +22,31 @@ func enterN(t *testing.T, g *Gate, tenant uuid.UUID, n int) []*Slot {
 	return out
 }
 
-func TestAloneATenantUsesEverySlot(t *testing.T) {
+func TestAloneATenantUsesEverySlotAndWaitsForMore(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 10, Wait: time.Millisecond})
+	g := NewGate(GateConfig{Slots: 3, MaxWaiters: 1, Wait: time.Millisecond})
 	a := uuid.New()
-	enterN(t, g, a, 10)
-	require.Nil(t, g.Enter(context.Background(), a), "every slot is taken")
-	require.Equal(t, 10, g.InFlight(a))
+	held := enterN(t, g, a, 3)
+	// Alone, it waits for a slot however long (deferring it would help
+	// nobody), as many deliveries as there are slots.
+	got := make(chan *Slot, 3)
+	for range 3 {
+		go func() { got <- g.Enter(context.Background(), a) }()
+	}
+	require.Eventually(t, func() bool { return waiting(g, a) == 3 }, 5*time.Second, time.Millisecond)
+	require.Nil(t, g.Enter(context.Background(), a), "beyond as many waiters as slots")
+	held[0].Done()
+	require.NotNil(t, <-got)
+	require.Equal(t, 3, g.InFlight(a))
+	require.Equal(t, 2, waiting(g, a))
+
+	// Another tenant's work ends the open-ended wait: the waiters beyond
+	// MaxWaiters give up (to be deferred), the rest wait their usual time.
+	b := uuid.New()
+	enterN(t, g, b, 1)
+	require.Nil(t, <-got)
+	require.Nil(t, <-got, "the last waiter's own wait ran out")
+	require.Zero(t, waiting(g, a))
 }
 
 func TestANewTenantGetsItsShareAtOnceWhenEverySlotIsHeld(t *testing.T) {
@@ -114,9 +132,10 @@ func TestAWaiterGivesUpWhenItsContextEnds(t *testing.T) {
 
 func TestWaitersPerTenantAreBounded(t *testing.T) {
 	t.Parallel()
-	g := NewGate(GateConfig{Slots: 1, MaxWaiters: 2, Wait: time.Minute})
-	a := uuid.New()
+	g := NewGate(GateConfig{Slots: 2, MaxWaiters: 2, Wait: time.Minute})
+	a, b := uuid.New(), uuid.New()
 	enterN(t, g, a, 1)
+	enterN(t, g, b, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for range 2 {
