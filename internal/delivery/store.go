@@ -201,6 +201,9 @@ type attemptRecord struct {
 	// Status is the delivery's new status: succeeded, retrying or exhausted.
 	Status        wire.Status
 	NextAttemptAt *time.Time
+	// Park: the retry waits parked in Postgres (a backoff of
+	// schedule.ParkAfter or more), so no message is published for it.
+	Park bool
 }
 
 // recordSQL moves a batch of deliveries and appends their attempts in one
@@ -211,18 +214,19 @@ type attemptRecord struct {
 const recordSQL = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::uuid[], $5::int[], $6::text[], $7::text[],
                          $8::int[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::uuid[],
-                         $14::timestamptz[], $15::timestamptz[])
+                         $14::timestamptz[], $15::timestamptz[], $16::bool[])
         AS t(delivery_id, delivery_created_at, n, tenant_id, status_code, category, error,
-             duration_ms, status, headers, sample, next_at, webhook_id, scheduled_at, executed_at)
+             duration_ms, status, headers, sample, next_at, webhook_id, scheduled_at, executed_at, park)
 ), upd AS (
     UPDATE deliveries d SET
         status = i.status, attempt_count = i.n, next_attempt_at = i.next_at,
         last_status_code = i.status_code, last_error = i.error, failure_category = i.category,
         enqueued_at = NULL, updated_at = now(),
         completed_at = CASE WHEN i.status IN ('succeeded', 'exhausted') THEN now() END,
-        -- an attempt made from a duplicate message ends any other wait
-        parked_at = CASE WHEN d.park_reason = 'order' THEN d.parked_at END,
-        park_reason = CASE WHEN d.park_reason = 'order' THEN d.park_reason END
+        -- a long backoff waits parked; an attempt made from a duplicate
+        -- message ends any other wait
+        parked_at = CASE WHEN i.park THEN now() WHEN d.park_reason = 'order' THEN d.parked_at END,
+        park_reason = CASE WHEN i.park THEN 'backoff' WHEN d.park_reason = 'order' THEN d.park_reason END
     FROM input i
     WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
     RETURNING d.id
@@ -251,7 +255,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 	codes := make([]*int32, n)
 	categories, errs := make([]*string, n), make([]*string, n)
 	statuses, headers, samples := make([]string, n), make([]string, n), make([]string, n)
-	next := make([]*time.Time, n)
+	next, parks := make([]*time.Time, n), make([]bool, n)
 	for i, r := range sorted {
 		res := r.Response
 		ids[i], tenants[i], hooks[i] = r.DeliveryID, r.TenantID, r.WebhookID
@@ -269,7 +273,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 			e := truncate(res.Error, 2000)
 			errs[i] = &e
 		}
-		statuses[i], samples[i], next[i] = string(r.Status), res.BodySample, r.NextAttemptAt
+		statuses[i], samples[i], next[i], parks[i] = string(r.Status), res.BodySample, r.NextAttemptAt, r.Park
 		// Endpoints may answer with cookies, tokens or our own signature
 		// headers echoed back: none of it is stored.
 		h, err := json.Marshal(secret.StorableHeaders(res.Header))
@@ -279,7 +283,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 		headers[i] = string(h)
 	}
 	rows, err := s.pool.Query(ctx, recordSQL, pgx.QueryExecModeCacheDescribe, ids, created, numbers, tenants, codes, categories, errs,
-		durations, statuses, headers, samples, next, hooks, scheduled, executed)
+		durations, statuses, headers, samples, next, hooks, scheduled, executed, parks)
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
 	}

@@ -223,6 +223,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		rec.Status = wire.Retrying
 		next = answered.Add(decision.Delay)
 		rec.NextAttemptAt = &next
+		rec.Park = decision.Delay >= schedule.ParkAfter
 	default:
 		rec.Status = wire.Exhausted
 		if rec.Response.Error == "" {
@@ -241,7 +242,9 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 	}
 	switch rec.Status {
 	case wire.Retrying:
-		w.scheduleRetry(ctx, log, t, next)
+		if !rec.Park {
+			w.scheduleRetry(ctx, log, t, next)
+		}
 	case wire.Exhausted:
 		w.deadLetter(ctx, log, t, decision.Reason)
 	}
@@ -263,8 +266,10 @@ func (w *Worker) cancel(ctx context.Context, log *slog.Logger, t wire.Task, j jo
 	return queue.Ack
 }
 
-// scheduleRetry publishes the next attempt to the delay queues. If that
-// fails the relay republishes it once it is due.
+// scheduleRetry publishes the next attempt, due in less than
+// schedule.ParkAfter, to the delay queues (a longer one was parked by its
+// attempt record, and a waker publishes it). If that fails the relay
+// republishes it once it is due.
 func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t wire.Task, due time.Time) {
 	ctx = context.WithoutCancel(ctx)
 	next := t

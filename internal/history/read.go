@@ -36,7 +36,7 @@ type Delivery struct {
 	FailureCategory *string     `json:"failure_category"`
 	NextAttemptAt   *time.Time  `json:"next_attempt_at"`
 	// WaitingFor says why a delivery waits, while it is parked (see
-	// docs/SCHEDULING.md): order, rate_limited, circuit_open, host_busy,
+	// docs/SCHEDULING.md): order, backoff, rate_limited, circuit_open, host_busy,
 	// tenant_share, inactive, unverified or released; null otherwise.
 	WaitingFor  *string    `json:"waiting_for"`
 	RetryOf     *uuid.UUID `json:"retry_of"`

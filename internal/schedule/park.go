@@ -31,6 +31,8 @@ const (
 	// Order: behind an earlier delivery of its order key; released by
 	// whoever finishes that one, never by time.
 	Order Reason = "order"
+	// Backoff: for its next retry; the attempt record parks it.
+	Backoff Reason = "backoff"
 	// RateLimited: for its own reserved slot in its token buckets.
 	RateLimited Reason = "rate_limited"
 	// CircuitOpen: for the half-open decision of its webhook's circuit.

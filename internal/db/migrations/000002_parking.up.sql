@@ -7,6 +7,7 @@
 --                 released at once when the circuit closes or is reset
 --   host_busy     for its endpoint host's next estimated free connection
 --   tenant_share  for its tenant's next estimated free worker slot
+--   backoff       for its next retry (a backoff of a second or more)
 --   inactive, unverified  for the webhook to be enabled or verified
 --   released      nothing any more: its wait was ended by a decision (a
 --                 circuit closed or reset); woken at once
@@ -14,8 +15,8 @@
 -- next_attempt_at NULL means "until an operator acts" (a circuit forced
 -- open without an end).
 ALTER TABLE deliveries ADD COLUMN park_reason text
-    CHECK (park_reason IN ('order', 'rate_limited', 'circuit_open', 'host_busy', 'tenant_share', 'inactive',
-                           'unverified', 'released'));
+    CHECK (park_reason IN ('order', 'backoff', 'rate_limited', 'circuit_open', 'host_busy', 'tenant_share',
+                           'inactive', 'unverified', 'released'));
 UPDATE deliveries SET park_reason = 'order' WHERE parked_at IS NOT NULL;
 ALTER TABLE deliveries ADD CONSTRAINT deliveries_parked_with_reason
     CHECK ((parked_at IS NULL) = (park_reason IS NULL));
