@@ -68,3 +68,6 @@ func (a api) post(ctx context.Context, path, token, body string, out any) error 
 	}
 	return nil
 }
+
+// close drops the connections kept alive.
+func (a api) close() { a.client.CloseIdleConnections() }

@@ -23,11 +23,13 @@ func newPublishing(eventType, priority string, rate float64, d time.Duration) pu
 	return publishing{eventType: eventType, priority: priority, rate: rate, n: int(rate * d.Seconds())}
 }
 
-// stream is one tenant's open-loop publishing: event i is scheduled at
-// start + i/rate, whatever happened to the events before it.
+// stream is one tenant's open-loop publishing, or in e that of many
+// tenants taking turns: event i is scheduled at start + i/rate, whatever
+// happened to the events before it, and published with keys[i mod
+// len(keys)].
 type stream struct {
 	publishing
-	key string // the tenant's API key
+	keys []string // the tenants' API keys
 
 	accepted atomic.Int64
 	failed   atomic.Int64
@@ -39,8 +41,16 @@ func (s *stream) body(seq int, at time.Time) string {
 	if s.priority != "" {
 		prio = fmt.Sprintf(`"priority":%q,`, s.priority)
 	}
-	return fmt.Sprintf(`{"event_type":%q,%s"data":{"seq":%d,"ts":%d}}`, s.eventType, prio, seq, at.UnixNano())
+	if len(s.keys) == 1 {
+		return fmt.Sprintf(`{"event_type":%q,%s"data":{"seq":%d,"ts":%d}}`, s.eventType, prio, seq, at.UnixNano())
+	}
+	// Many tenants: the receiver checks the publisher against the webhook
+	// the request came through.
+	return fmt.Sprintf(`{"event_type":%q,%s"data":{"seq":%d,"ts":%d,"tenant_index":%d}}`, s.eventType, prio, seq, at.UnixNano(), seq%len(s.keys))
 }
+
+// key is the API key that publishes event seq.
+func (s *stream) key(seq int) string { return s.keys[seq%len(s.keys)] }
 
 func (s *stream) fail(msg string) {
 	s.failed.Add(1)
@@ -126,7 +136,7 @@ func post(ctx context.Context, client *http.Client, apiURL string, j job) {
 		j.s.fail(err.Error())
 		return
 	}
-	req.Header.Set("Authorization", "Bearer "+j.s.key)
+	req.Header.Set("Authorization", "Bearer "+j.s.key(j.seq))
 	req.Header.Set("Content-Type", "application/json")
 	res, err := client.Do(req)
 	if err != nil {

@@ -15,6 +15,24 @@
 //	        webhook limited to 60 requests a minute
 //	c     + both of those noisy tenants
 //	d     ten quiet tenants sharing the quiet rate, + both noisy tenants
+//	e     -tenants quiet tenants (10,000), + both noisy tenants; run only
+//	        when named: go run ./bench/fairness -scenarios solo,e
+//
+// The worker's gate keeps state for each tenant with work at the moment,
+// while the broker topology does not grow with tenants; e checks that the
+// design holds with many tenants. Its tenants are created through the api
+// before the measured window, createParallel at a time (the table gives
+// how long that took), each with one webhook at a path of its own on one
+// shared receiver, so that a request carrying one tenant's event on
+// another's webhook is seen. They publish in turn at -quiet-rate together,
+// solo's rate, so that solo is e's baseline; e publishes for
+// max(-duration, -tenants / -quiet-rate) instead, 100 s by default, so
+// that every tenant publishes at least once. Keeping the 15 s and raising
+// the rate to 700/s would publish as many events, but this two-core
+// machine is saturated from about 500 events/s (docs/BENCHMARKS.md) and
+// c's noisy tenants alone keep it busy: e would then measure the
+// saturation, not the sharing. The noisy tenants publish for the same
+// longer time.
 //
 // For the quiet tenants together it reports the share of events received
 // within 30 s of their scheduled publish time, receipt latency from that
@@ -24,9 +42,10 @@
 // p99 <= 2x solo or < 250 ms, re-publishes per delivery <= 2). Run it from
 // the repository's root; a full run takes three to six minutes (more while
 // other work keeps the machine busy: each scenario first waits, at most
-// -idle-wait, for it to calm down).
+// -idle-wait, for it to calm down); e takes about two minutes more, of
+// which creating its 10,000 tenants about ten seconds.
 //
-//	go run ./bench/fairness -scenarios solo,a,b,c,d -duration 15s -quiet-rate 100 -drain 30s
+//	go run ./bench/fairness -scenarios solo,a,b,c,d -duration 15s -quiet-rate 100 -drain 30s -tenants 10000
 //
 // -out "" prints the table without appending it to docs/BENCHMARKS.md;
 // -src DIR measures another source tree (for example a "git archive" of an
@@ -64,9 +83,10 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	names := flag.String("scenarios", "solo,a,b,c,d", "comma-separated scenarios to run (solo, a, b, c, d); they run in that order")
+	names := flag.String("scenarios", "solo,a,b,c,d", "comma-separated scenarios to run (solo, a, b, c, d, e); they run in that order")
 	duration := flag.Duration("duration", 15*time.Second, "publishing time per scenario")
-	quietRate := flag.Float64("quiet-rate", 100, "events/s of the quiet tenants together (in d, each of the ten publishes a tenth)")
+	quietRate := flag.Float64("quiet-rate", 100, "events/s of the quiet tenants together (in d, each of the ten publishes a tenth; in e, they take turns)")
+	tenants := flag.Int("tenants", 10_000, fmt.Sprintf("quiet tenants in e (at most %d); e publishes long enough for each to publish once", maxTenants))
 	drainFor := flag.Duration("drain", 30*time.Second, "after publishing, wait at most this long for the quiet events still missing")
 	idleWait := flag.Duration("idle-wait", 2*time.Minute, "before publishing, wait at most this long for the machine to be under 0.3 cores busy")
 	src := flag.String("src", ".", "build the binaries from the module in this directory (default: the working tree here)")
@@ -80,6 +100,10 @@ func run(ctx context.Context) error {
 	if *duration <= 0 || *duration > time.Hour || *drainFor < 0 || *drainFor > time.Hour || *quietRate <= 0 || *quietRate > 10_000 {
 		return fmt.Errorf("want 0 < -duration <= 1h, 0 <= -drain <= 1h, 0 < -quiet-rate <= 10000")
 	}
+	o := options{duration: *duration, drain: *drainFor, quietRate: *quietRate, tenants: *tenants, logDir: *logDir, idleWait: *idleWait}
+	if *tenants < 2 || *tenants > maxTenants || o.publishFor(scenario{many: true}) > time.Hour {
+		return fmt.Errorf("want 2 <= -tenants <= %d, and -tenants / -quiet-rate <= 1h", maxTenants)
+	}
 	code := codeVersion(ctx, *src)
 	log.Printf("building ./cmd/api ./cmd/worker ./cmd/dlq (%s)", code)
 	bin, err := deploy.Build(ctx, *src)
@@ -91,7 +115,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	o := options{republishesKnown: known, duration: *duration, drain: *drainFor, quietRate: *quietRate, bin: bin, logDir: *logDir, idleWait: *idleWait}
+	o.republishesKnown, o.bin = known, bin
 	var results []result
 	for _, sc := range chosen {
 		res, err := runScenario(ctx, o, sc)
@@ -135,7 +159,7 @@ func choose(list string) ([]scenario, error) {
 	}
 	for _, n := range want {
 		if !slices.ContainsFunc(scenarios, func(sc scenario) bool { return sc.name == n }) {
-			return nil, fmt.Errorf("unknown scenario %q (want solo, a, b, c, d)", n)
+			return nil, fmt.Errorf("unknown scenario %q (want solo, a, b, c, d, e)", n)
 		}
 	}
 	if len(out) == 0 {

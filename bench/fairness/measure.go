@@ -80,6 +80,35 @@ func scrape(ctx context.Context, url string, names ...string) (map[string]float6
 	return sums, nil
 }
 
+// residentKB reads the resident memory of pid and its peak, VmRSS and
+// VmHWM of /proc/<pid>/status, in kB.
+func residentKB(pid int) (rss, peak int64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		name, value, _ := strings.Cut(line, ":")
+		f := strings.Fields(value)
+		if len(f) != 2 || f[1] != "kB" || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/status: %q: %w", pid, line, err)
+		}
+		if name == "VmRSS" {
+			rss = v
+		} else {
+			peak = v
+		}
+	}
+	if rss == 0 || peak == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
+	}
+	return rss, peak, nil
+}
+
 // groupStats sums the deliveries of a group of tenants as Postgres holds
 // them.
 type groupStats struct {

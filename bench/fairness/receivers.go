@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +15,18 @@ import (
 // receiver is a healthy endpoint: it answers 200 at once and keeps, for
 // each sequence number of its stream, the latency of the first receipt
 // from the event's scheduled publish time (the "ts" of its data).
+//
+// Shared by many tenants (e), each tenant's webhook has a path of its own,
+// /hook/<tenant index>, and the receiver counts the requests whose event
+// was published by another tenant ("tenant_index" of its data): that
+// would be one tenant's event delivered to another's endpoint.
 type receiver struct {
 	url      string
 	srv      *http.Server
 	lat      []atomic.Int64 // nanoseconds, 0: not received; indexed by seq
 	requests atomic.Int64   // every POST answered, duplicates included
 	dups     atomic.Int64
+	crossed  atomic.Int64 // requests on /hook/<i> not carrying tenant i's event
 }
 
 // newReceiver listens on a loopback port for a stream of n events.
@@ -40,6 +47,11 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.requests.Add(1)
 	seq, ok1 := field(body, `"seq":`)
 	ts, ok2 := field(body, `"ts":`)
+	if i, ok := pathTenant(req.URL.Path); ok {
+		if t, ok := field(body, `"tenant_index":`); !ok || t != i {
+			r.crossed.Add(1)
+		}
+	}
 	if ok1 && ok2 && seq >= 0 && seq < int64(len(r.lat)) {
 		lat := max(now.UnixNano()-ts, 1)
 		if !r.lat[seq].CompareAndSwap(0, lat) {
@@ -47,6 +59,16 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// pathTenant reads the tenant index of a path /hook/<index>.
+func pathTenant(path string) (int64, bool) {
+	rest, ok := strings.CutPrefix(path, "/hook/")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(rest, 10, 64)
+	return i, err == nil
 }
 
 // received counts the sequence numbers received at least once.

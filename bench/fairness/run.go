@@ -23,6 +23,7 @@ const shareWindow = 30 * time.Second
 type options struct {
 	duration, drain time.Duration
 	quietRate       float64
+	tenants         int // e's quiet tenants
 	bin             deploy.Binaries
 	logDir          string
 	idleWait        time.Duration // wait at most this long for a quiet machine before publishing
@@ -49,6 +50,10 @@ type result struct {
 	quietBefore                bool    // under the quiet threshold
 	publishErrs                []string
 	drained                    time.Duration // from the end of publishing to the end of the drain
+	tenants                    int           // created for the scenario (not the warm-up one)
+	setup                      time.Duration // creating them and their webhooks
+	workerRSS, workerPeak      int64         // kB: the worker's VmRSS and VmHWM at the end of the drain
+	many                       *manyResult   // e only
 }
 
 // runScenario starts a fresh system, runs sc on it and removes it again.
@@ -63,15 +68,21 @@ func runScenario(ctx context.Context, o options, sc scenario) (res result, err e
 		err = errors.Join(err, sys.Close())
 	}()
 	a := newAPI(sys.APIURL, sys.AdminToken)
+	defer a.close()
 	if err := warmUp(ctx, a); err != nil {
 		return result{}, fmt.Errorf("warm-up: %w", err)
 	}
-	s, err := newSetup(ctx, a, sc, o.quietRate, o.duration)
+	began := time.Now()
+	s, err := newSetup(ctx, a, sc, o)
 	defer s.close() // receivers close before the system stops: nothing hangs on shutdown
 	if err != nil {
 		return result{}, fmt.Errorf("tenants and webhooks: %w", err)
 	}
-	return measure(ctx, o, sc, sys, s)
+	took := time.Since(began)
+	log.Printf("scenario %s: %d tenants and their webhooks created in %s", sc.name, len(s.groupOf), took.Round(time.Millisecond))
+	res, err = measure(ctx, o, sc, sys, s)
+	res.tenants, res.setup = len(s.groupOf), took
+	return res, err
 }
 
 // measure publishes, drains and reads every measure of the scenario.
@@ -91,7 +102,7 @@ func measure(ctx context.Context, o options, sc scenario, sys *deploy.System, s 
 	if err != nil {
 		return result{}, err
 	}
-	log.Printf("scenario %s: publishing for %s", sc.name, o.duration)
+	log.Printf("scenario %s: publishing for %s", sc.name, o.publishFor(sc))
 	publish(ctx, sys.APIURL, s.streams(), time.Now())
 	published := time.Now()
 	if err := drain(ctx, s, o.drain); err != nil {
@@ -102,6 +113,9 @@ func measure(ctx context.Context, o options, sc scenario, sys *deploy.System, s 
 		return result{}, err
 	}
 	res := collect(sc, s)
+	if res.workerRSS, res.workerPeak, err = residentKB(sys.Pid("worker")); err != nil {
+		return result{}, err
+	}
 	res.drained = after.at.Sub(published)
 	res.cpu = cpuSample{busy: after.busy - before.busy, hookline: after.hookline - before.hookline}
 	res.window = after.at.Sub(before.at)
@@ -151,6 +165,11 @@ func collect(sc scenario, s *setup) result {
 		}
 		if t.stream.failed.Load() > 0 {
 			res.publishErrs = append(res.publishErrs, "quiet: "+t.stream.err())
+		}
+		if n := len(t.stream.keys); n > 1 {
+			m := tenantsKept(t.recv.latencies(), n)
+			m.crossed, m.dups = t.recv.crossed.Load(), t.recv.dups.Load()
+			res.many = &m
 		}
 	}
 	slices.Sort(res.quietLat)

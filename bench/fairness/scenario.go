@@ -10,7 +10,8 @@ import (
 // scenario is who publishes besides the quiet tenants.
 type scenario struct {
 	name  string
-	quiet int  // quiet tenants, sharing the quiet rate
+	quiet int  // quiet tenants, sharing the quiet rate, each on a receiver of its own
+	many  bool // instead: -tenants quiet tenants taking turns, on one receiver
 	hang  bool // the hanging tenant publishes
 	flood bool // the flooding tenant publishes
 }
@@ -23,6 +24,7 @@ var scenarios = []scenario{
 	{name: "b", quiet: 1, flood: true},
 	{name: "c", quiet: 1, hang: true, flood: true},
 	{name: "d", quiet: 10, hang: true, flood: true},
+	{name: "e", many: true, hang: true, flood: true},
 }
 
 // The noisy tenants.
@@ -35,9 +37,9 @@ const (
 	warmUpEvents  = 20
 )
 
-// tenantLoad is one tenant of a scenario: its publishing and its endpoints.
+// tenantLoad is one tenant of a scenario, or e's quiet tenants together:
+// their publishing and their endpoints.
 type tenantLoad struct {
-	id     string
 	stream *stream
 	recv   *receiver          // quiet and flood: the healthy receiver
 	hangs  []*hangingListener // hang: the listeners that never answer
@@ -70,10 +72,18 @@ func (s *setup) streams() []*stream {
 
 // newSetup creates the scenario's tenants, their receivers and webhooks.
 // The caller closes it, also on error.
-func newSetup(ctx context.Context, a api, sc scenario, quietRate float64, d time.Duration) (*setup, error) {
+func newSetup(ctx context.Context, a api, sc scenario, o options) (*setup, error) {
 	s := &setup{groupOf: map[string]string{}}
+	d := o.publishFor(sc)
+	if sc.many {
+		t, err := s.manyTenants(ctx, a, o.tenants, newPublishing("fair.quiet", "", o.quietRate, d))
+		if err != nil {
+			return s, err
+		}
+		s.quiet = append(s.quiet, t)
+	}
 	for i := range sc.quiet {
-		pub := newPublishing("fair.quiet", "", quietRate/float64(sc.quiet), d)
+		pub := newPublishing("fair.quiet", "", o.quietRate/float64(sc.quiet), d)
 		t, err := s.healthyTenant(ctx, a, fmt.Sprintf("quiet-%d", i+1), "quiet", openWebhookLimit, pub)
 		if err != nil {
 			return s, err
@@ -115,7 +125,7 @@ func (s *setup) healthyTenant(ctx context.Context, a api, name, group, webhook s
 	if err := a.createWebhook(ctx, key, r.url, webhook); err != nil {
 		return nil, err
 	}
-	return &tenantLoad{id: id, stream: &stream{key: key, publishing: pub}, recv: r}, nil
+	return &tenantLoad{stream: &stream{keys: []string{key}, publishing: pub}, recv: r}, nil
 }
 
 // hangingTenant creates the tenant whose events go to hangWebhooks
@@ -127,7 +137,7 @@ func (s *setup) hangingTenant(ctx context.Context, a api, pub publishing) (*tena
 		return nil, err
 	}
 	s.groupOf[id] = "noisy"
-	t := &tenantLoad{id: id, stream: &stream{key: key, publishing: pub}}
+	t := &tenantLoad{stream: &stream{keys: []string{key}, publishing: pub}}
 	extra := fmt.Sprintf(`"retry_config": {"timeout_ms": %d}, "circuit_breaker_config": {"enabled": false}, %s`, hangTimeoutMS, openWebhookLimit)
 	for range hangWebhooks {
 		h, err := newHangingListener()
@@ -179,6 +189,10 @@ func waitFor(ctx context.Context, limit time.Duration, done func() bool) error {
 	return nil
 }
 
+// newAPI returns a client of the api keeping up to createParallel
+// connections alive, for e's tenants created that many at a time.
 func newAPI(url, adminToken string) api {
-	return api{url: url, adminToken: adminToken, client: &http.Client{Timeout: 30 * time.Second}}
+	return api{url: url, adminToken: adminToken, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: createParallel, MaxIdleConnsPerHost: createParallel, IdleConnTimeout: time.Minute,
+	}}}
 }
