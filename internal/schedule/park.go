@@ -60,8 +60,12 @@ const ParkAfter = time.Second
 const HeaderReservedAt = "x-reserved-at"
 
 // parkSQL parks deliveries, each for its attempt (the attempt count its
-// message was built for, so that a stale duplicate message parks nothing),
-// counting the postponement; a NULL time parks until released. Rows are
+// message was built for), counting the postponement; a NULL time parks
+// until released. A delivery parked already is left alone: the message is
+// a stale duplicate (one redelivered after a worker died, say), and the
+// waker publishes the delivery at its time. A waker's claim holds the row
+// until its transaction ends, and the update then looks again, so a
+// woken delivery can be parked anew. Rows are
 // found by id = ANY($1) and the statement is planned at each execution
 // (see the worker's statements in package delivery), and they are written
 // in id order, as the worker's attempt records are, so that the two never
@@ -70,6 +74,7 @@ const parkSQL = `UPDATE deliveries d SET parked_at = now(), park_reason = i.reas
     enqueued_at = NULL, postponed_count = d.postponed_count + 1, updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[]) AS i(id, reason, until, attempts)
 WHERE d.id = ANY($1) AND d.id = i.id AND d.attempt_count = i.attempts AND d.status IN ('pending', 'retrying')
+  AND d.parked_at IS NULL
 RETURNING d.id`
 
 // Parking is one delivery to park.
