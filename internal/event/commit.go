@@ -46,10 +46,20 @@ func newCommitter(pool *pgxpool.Pool) *committer {
 }
 
 // submit commits p (with whatever else is waiting) and fills its results.
+// submit commits p with the others waiting. Once submitted, the commit is
+// not the caller's to cancel: a request whose client gives up after its
+// event is queued still learns the real outcome (and a committed event is
+// never reported as failed, which would invite a retry that publishes it
+// twice). commitWait bounds the wait, should the committer have stopped.
 func (c *committer) submit(ctx context.Context, p *pending) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
+	defer cancel()
 	_, err := c.batch.Do(ctx, p)
 	return err
 }
+
+// commitWait is the longest a publish waits for its group commit.
+const commitWait = 30 * time.Second
 
 func (c *committer) run(ctx context.Context) error { return c.batch.Run(ctx) }
 

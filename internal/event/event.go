@@ -88,12 +88,18 @@ func normalize(r *Request) ([]byte, error) {
 	if err := json.Compact(&compact, r.Data); err != nil {
 		return nil, fielderr.New("data", "is not valid JSON")
 	}
+	// Go's JSON scanner passes invalid UTF-8 inside strings; Postgres
+	// refuses it, and would fail the whole group commit. \u0000 and lone
+	// surrogate escapes are kept: the json column stores them as sent.
+	if !utf8.Valid(compact.Bytes()) {
+		return nil, fielderr.New("data", "must be valid UTF-8")
+	}
 	r.Data = compact.Bytes()
 	if len(r.Source) > maxSourceLen {
 		return nil, fielderr.New("source", "must be at most %d characters", maxSourceLen)
 	}
-	if !utf8.ValidString(r.Source) || strings.ContainsRune(r.Source, 0) {
-		return nil, fielderr.New("source", "must be UTF-8 text without NUL characters")
+	if err := fielderr.Text("source", r.Source); err != nil {
+		return nil, err
 	}
 	switch r.Priority {
 	case "":

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookline/hookline/internal/fielderr"
 )
 
 // Event is a stored event with its deliveries.
@@ -54,8 +56,16 @@ func (s *Service) Get(ctx context.Context, tenantID, id uuid.UUID) (Event, error
 	return s.load(ctx, getEventSQL, tenantID, id)
 }
 
-// GetByKey returns the tenant's event with idempotency key key.
+// GetByKey returns the tenant's event with idempotency key key. A key no
+// publish accepts is refused (a *fielderr.Error), not looked up: Postgres
+// would fail the query on invalid UTF-8 or NUL.
 func (s *Service) GetByKey(ctx context.Context, tenantID uuid.UUID, key string) (Event, error) {
+	if key == "" {
+		return Event{}, fielderr.New("idempotency_key", "is required")
+	}
+	if err := checkKey(key); err != nil {
+		return Event{}, err
+	}
 	return s.load(ctx, byKeySQL, tenantID, key)
 }
 

@@ -61,8 +61,10 @@ func logger(c *gin.Context) *slog.Logger {
 }
 
 // decodeJSON reads a JSON object body strictly into dst: unknown fields
-// (named with their full path), wrong types, trailing data and bodies over
-// limit bytes are refused with a 400 (413 for size) naming what is wrong.
+// (named with their full path), wrong types, trailing data, text Postgres
+// cannot store (see fielderr.JSONText; Go's decoder would pass it, or
+// silently turn it into U+FFFD) and bodies over limit bytes are refused
+// with a 400 (413 for size) naming what is wrong.
 func decodeJSON(c *gin.Context, limit int64, dst any) error {
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
@@ -83,6 +85,9 @@ func decodeJSON(c *gin.Context, limit int64, dst any) error {
 	if field := unknownField(obj, reflect.TypeOf(dst), ""); field != "" {
 		return &apiError{Status: http.StatusBadRequest, Code: "invalid_request", Field: field,
 			Message: field + ": unknown field"}
+	}
+	if err := fielderr.JSONText("", raw); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return jsonError(err)

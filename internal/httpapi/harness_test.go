@@ -73,6 +73,16 @@ type apiOptions struct {
 
 func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
 	t.Helper()
+	e := startAPI(t, opts...)
+	e.t = t
+	return e
+}
+
+// startAPI is newAPI for any testing.TB, such as a fuzz target's
+// *testing.F: the server lives as long as t, and forTest gives each test
+// that uses it a handle that reports to that test.
+func startAPI(t testing.TB, opts ...func(*apiOptions)) *apiEnv {
+	t.Helper()
 	pool := dbtest.New(t)
 	o := apiOptions{cfg: config.Default(), checks: health.Checks{}, amqpURL: queuetest.URL(), redisAddr: redistest.Addr()}
 	o.cfg.API.AdminToken = testAdminToken
@@ -126,7 +136,14 @@ func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &apiEnv{t: t, pool: pool, srv: srv, http: hs, logBuf: logBuf, topo: topo, amqp: conn}
+	return &apiEnv{pool: pool, srv: srv, http: hs, logBuf: logBuf, topo: topo, amqp: conn}
+}
+
+// forTest returns a copy of e that reports to t.
+func (e *apiEnv) forTest(t *testing.T) *apiEnv {
+	c := *e
+	c.t = t
+	return &c
 }
 
 // resp is a decoded answer.

@@ -5,8 +5,10 @@ package httpapi
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/health"
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
@@ -138,7 +141,7 @@ func (s *Server) Handler() http.Handler {
 	admin.GET("/:id", s.getTenant)
 	admin.PATCH("/:id", s.updateTenant)
 
-	v1 := r.Group("/v1", s.requireTenant, s.auditActor)
+	v1 := r.Group("/v1", s.requireTenant, s.auditActor, refuseUnstorableQuery)
 	v1.POST("/api-keys", s.createAPIKey)
 	v1.GET("/api-keys", s.listAPIKeys)
 	v1.DELETE("/api-keys/:id", s.revokeAPIKey)
@@ -183,6 +186,22 @@ func (s *Server) recoverJSON(c *gin.Context) {
 			abort(c, newError(http.StatusInternalServerError, "internal_error", "an internal error occurred; it has been logged"))
 		}
 	}()
+	c.Next()
+}
+
+// refuseUnstorableQuery refuses a query parameter value that is not valid
+// UTF-8 or holds NUL, naming the parameter: no route can use such a value,
+// and one that reached a query would fail it with a 500.
+func refuseUnstorableQuery(c *gin.Context) {
+	query := c.Request.URL.Query()
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		for _, v := range query[name] {
+			if err := fielderr.Text(name, v); err != nil {
+				abort(c, err)
+				return
+			}
+		}
+	}
 	c.Next()
 }
 

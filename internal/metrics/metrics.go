@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
@@ -25,10 +26,23 @@ var (
 	}, []string{"route", "method"})
 )
 
-// ObserveHTTP records one API request.
+// ObserveHTTP records one API request. route must be a route template, or
+// one fixed value for requests that matched none. The method comes from
+// the client, who may send any token: methods other than the standard ones
+// are counted as "other", or each would be a series of its own.
 func ObserveHTTP(route, method string, code int, d time.Duration) {
+	method = knownMethod(method)
 	httpRequests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 	httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+func knownMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 // Publishing and the outbox.
@@ -74,10 +88,12 @@ var (
 
 // Delivery workers.
 var (
+	// Deliveries has no event_type label: tenants choose event types, and
+	// each one would be a series in every worker.
 	Deliveries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "deliveries_total",
-		Help: "Delivery attempts by the status they left the delivery in (succeeded, retrying, exhausted), event type and failure category (empty on success).",
-	}, []string{"status", "event_type", "failure_category"})
+		Help: "Delivery attempts by the status they left the delivery in (succeeded, retrying, exhausted) and failure category (empty on success).",
+	}, []string{"status", "failure_category"})
 	DeliveryDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: Namespace, Name: "delivery_duration_seconds",
 		Help:    "Duration of delivery attempts (the endpoint's HTTP exchange), by outcome (success, failure).",

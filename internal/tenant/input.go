@@ -36,6 +36,9 @@ func Build(base Tenant, in Input, creating bool) (Tenant, error) {
 	if (creating || in.Name != nil) && (t.Name == "" || len(t.Name) > maxNameLen) {
 		return Tenant{}, fielderr.New("name", "is required, at most %d characters", maxNameLen)
 	}
+	if err := fielderr.Text("name", t.Name); err != nil {
+		return Tenant{}, err
+	}
 	if rl := in.RateLimit; rl != nil {
 		setInt(&t.RateLimit.RequestsPerMinute, rl.RequestsPerMinute)
 		setInt(&t.RateLimit.Burst, rl.Burst)

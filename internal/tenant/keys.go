@@ -59,6 +59,9 @@ func BuildKey(in KeyInput, now time.Time) (Key, error) {
 	if k.Name == "" || len(k.Name) > maxNameLen {
 		return Key{}, fielderr.New("name", "must be 1 to %d characters", maxNameLen)
 	}
+	if err := fielderr.Text("name", k.Name); err != nil {
+		return Key{}, err
+	}
 	if in.ExpiresAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *in.ExpiresAt)
 		if err != nil {

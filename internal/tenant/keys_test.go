@@ -86,6 +86,8 @@ func TestBuildKeyRefusals(t *testing.T) {
 	}{
 		{"empty name", KeyInput{Name: ptr(" ")}, "name"},
 		{"long name", KeyInput{Name: ptr(string(make([]byte, 201)))}, "name"},
+		{"NUL in name", KeyInput{Name: ptr("ci\x00")}, "name"},
+		{"name not UTF-8", KeyInput{Name: ptr("caf\xe9")}, "name"},
 		{"past expiry", KeyInput{ExpiresAt: &past}, "expires_at"},
 		{"bad expiry", KeyInput{ExpiresAt: &bad}, "expires_at"},
 	} {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/netguard"
@@ -209,6 +210,9 @@ func (r Rules) checkURL(ctx context.Context, raw string) (string, error) {
 	if len(raw) > maxURLLen {
 		return "", fielderr.New("url", "must be at most %d characters, got %d", maxURLLen, len(raw))
 	}
+	if err := fielderr.Text("url", raw); err != nil {
+		return "", err
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fielderr.New("url", "is not a valid URL")
@@ -259,6 +263,9 @@ func checkHeaders(in map[string]string) (map[string]string, error) {
 		if len(value) > maxHeaderValLen {
 			return nil, fielderr.New(field, "value must be at most %d characters", maxHeaderValLen)
 		}
+		if !utf8.ValidString(value) {
+			return nil, fielderr.New(field, "value must be valid UTF-8")
+		}
 		for _, c := range value {
 			if c == '\r' || c == '\n' || c == 0 || (c < ' ' && c != '\t') || c == 0x7f {
 				return nil, fielderr.New(field, "value must not contain control characters (CR, LF, NUL)")
@@ -300,6 +307,11 @@ func checkMetadata(raw json.RawMessage) (json.RawMessage, error) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, raw); err != nil {
 		return nil, fielderr.New("metadata", "must be a JSON object")
+	}
+	// metadata is jsonb: Postgres refuses \u0000, lone surrogate escapes
+	// and invalid UTF-8 in it, which Go's decoder lets through.
+	if err := fielderr.JSONText("metadata", compact.Bytes()); err != nil {
+		return nil, err
 	}
 	return compact.Bytes(), nil
 }

@@ -1,0 +1,93 @@
+package event_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/wire"
+)
+
+type discard struct{}
+
+func (discard) Enqueue(...wire.Task) {}
+
+// A request Postgres would refuse is refused before it joins the group
+// commit, where its failure would fail the whole batch and make every
+// other tenant's event of it wait for a second, one-by-one run. The
+// committer does not run here: a request that reached it would wait for
+// the deadline instead of being refused at once.
+func TestPublishRefusesUnstorableTextBeforeTheCommit(t *testing.T) {
+	t.Parallel()
+	svc := event.NewService(dbtest.New(t), nil, "", discard{}, slog.New(slog.DiscardHandler))
+	cases := []struct {
+		name  string
+		req   event.Request
+		field string
+	}{
+		{"data value invalid UTF-8", event.Request{EventType: "a", Data: json.RawMessage("{\"a\":\"caf\xe9\"}")}, "data"},
+		{"data key invalid UTF-8", event.Request{EventType: "a", Data: json.RawMessage("{\"\xff\":1}")}, "data"},
+		{"data truncated rune", event.Request{EventType: "a", Data: json.RawMessage("{\"a\":[\"\xe2\x82\"]}")}, "data"},
+		{"data encoded surrogate", event.Request{EventType: "a", Data: json.RawMessage("{\"a\":\"\xed\xa0\x80\"}")}, "data"},
+		{"source NUL", event.Request{EventType: "a", Data: json.RawMessage(`{}`), Source: "s\x00"}, "source"},
+		{"key invalid UTF-8", event.Request{EventType: "a", Data: json.RawMessage(`{}`), IdempotencyKey: "k\xff"}, "idempotency_key"},
+	}
+	for _, tc := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := svc.Publish(ctx, uuid.New(), tc.req)
+		cancel()
+		var fe *fielderr.Error
+		require.True(t, errors.As(err, &fe), "%s: refused as a field error, got %v", tc.name, err)
+		require.Equal(t, tc.field, fe.Field, tc.name)
+	}
+}
+
+// Looking an event up by a key that no publish could have stored is a
+// refusal naming the key, not a query Postgres fails.
+func TestGetByKeyRefusesUnstorableKey(t *testing.T) {
+	t.Parallel()
+	svc := event.NewService(dbtest.New(t), nil, "", discard{}, slog.New(slog.DiscardHandler))
+	for _, key := range []string{"\xff", "a\x00b", "with space", ""} {
+		_, err := svc.GetByKey(context.Background(), uuid.New(), key)
+		var fe *fielderr.Error
+		require.True(t, errors.As(err, &fe), "%q: refused as a field error, got %v", key, err)
+		require.Equal(t, "idempotency_key", fe.Field)
+	}
+	_, err := svc.GetByKey(context.Background(), uuid.New(), "order-42")
+	require.ErrorIs(t, err, event.ErrNotFound)
+}
+
+// Once a publish has joined the group commit, its caller giving up does
+// not turn a committed event into an error (a client told "failed" retries,
+// and with a generated key that publishes the event twice): the caller
+// gets the event it created.
+func TestPublishReportsItsCommitAfterTheCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	tenant := uuid.New()
+	_, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+		VALUES ($1, 't', 1000, 100, 1000, 100)`, tenant)
+	require.NoError(t, err)
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // the client is gone before the commit has run
+	res, err := svc.Publish(gone, tenant, event.Request{EventType: "order.created", Data: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err, "the event is committed: the caller must hear so")
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE id = $1`, res.ID).Scan(&n))
+	require.Equal(t, 1, n)
+}
