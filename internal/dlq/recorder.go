@@ -152,10 +152,17 @@ func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (boo
 }
 
 // deadReason tells an exhausted delivery (sent by a worker) from a poison
-// message (dead-lettered by its work queue's delivery limit).
+// message: dead-lettered by its work queue's delivery limit, or by the
+// consumer after it crashed its handler too often (queue.HeaderPanics,
+// with no trace of the broker's dead-lettering).
 func deadReason(d amqp.Delivery) (string, string) {
 	if r, ok := d.Headers[delivery.HeaderDeadReason].(string); ok {
 		return r, "exhausted"
+	}
+	_, died := d.Headers["x-death"]
+	_, counted := d.Headers["x-delivery-count"]
+	if n, ok := d.Headers[queue.HeaderPanics].(int64); ok && !died && !counted {
+		return fmt.Sprintf("poison message: its handler panicked %d times (last: %v)", n, d.Headers[queue.HeaderPanic]), "poison"
 	}
 	count := int64(0)
 	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {

@@ -2,9 +2,11 @@ package dlq
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -12,20 +14,35 @@ import (
 	"github.com/hookline/hookline/internal/wire"
 )
 
-// Sweeper records exhausted deliveries whose dead letter never reached the
-// queue (the worker lost the broker between exhausting and publishing).
+// Sweeper sweeps up what a lost message left behind. It records exhausted
+// deliveries whose dead letter never reached the queue (the worker lost
+// the broker between exhausting and publishing), and it hands back to the
+// outbox relay the deliveries whose message was lost after the broker
+// confirmed it: returned for want of a queue before publishes were
+// mandatory, purged, or on a queue deleted by hand. Such a delivery is
+// pending or retrying, marked enqueued, and untouched long after it was
+// due; nothing else would ever send it.
 type Sweeper struct {
 	pool     *pgxpool.Pool
 	dispatch dispatcher
 	log      *slog.Logger
+	// Interval is how often exhausted deliveries are swept (default a
+	// minute), Age how long after exhausting (default a minute).
 	Interval time.Duration
 	Age      time.Duration
+	// LostInterval is how often lost deliveries are looked for (default
+	// ten minutes: no index covers enqueued deliveries, so the query reads
+	// the table), LostAge how long one must have been due, enqueued and
+	// unchanged (default an hour: far longer than a message waits in any
+	// queue).
+	LostInterval time.Duration
+	LostAge      time.Duration
 }
 
-// NewSweeper returns a sweeper checking every minute for deliveries
-// exhausted over a minute ago.
+// NewSweeper returns a sweeper with the default timings.
 func NewSweeper(pool *pgxpool.Pool, d dispatcher, log *slog.Logger) *Sweeper {
-	return &Sweeper{pool: pool, dispatch: d, log: log, Interval: time.Minute, Age: time.Minute}
+	return &Sweeper{pool: pool, dispatch: d, log: log, Interval: time.Minute, Age: time.Minute,
+		LostInterval: 10 * time.Minute, LostAge: time.Hour}
 }
 
 const sweepSQL = `UPDATE deliveries d SET dead_lettered_at = now()
@@ -38,25 +55,81 @@ WHERE d.id IN (
   AND d.status = 'exhausted' AND d.dead_lettered_at IS NULL AND e.id = d.event_id
 RETURNING ` + exhaustedColumns
 
-// Run sweeps until ctx ends.
+// lostSQL clears the enqueued mark of deliveries whose message is lost, so
+// that the outbox relay publishes them again. It leaves parked deliveries
+// alone (they wait in Postgres, not in a queue, and a waker or whoever
+// finishes the one before publishes them) and any delivery something
+// touched within the age (a deferral, a park, a wake-up, an attempt).
+const lostSQL = `WITH lost AS (
+    SELECT id, enqueued_at FROM deliveries
+    WHERE status IN ('pending', 'retrying') AND parked_at IS NULL AND enqueued_at < now() - $1::interval
+      AND updated_at < now() - $1::interval AND coalesce(next_attempt_at, created_at) < now() - $1::interval
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE deliveries d SET enqueued_at = NULL, updated_at = now()
+FROM lost
+WHERE d.id = lost.id AND d.status IN ('pending', 'retrying') AND d.parked_at IS NULL
+RETURNING d.id, d.tenant_id, d.attempt_count, lost.enqueued_at`
+
+// Run sweeps until ctx ends: exhausted deliveries every Interval, lost
+// ones every LostInterval.
 func (s *Sweeper) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.Interval)
 	defer tick.Stop()
+	lastLost := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+		if err := s.sweepExhausted(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("dead-letter sweep failed", "error", err)
+		}
+		if time.Since(lastLost) < s.LostInterval {
+			continue
+		}
+		lastLost = time.Now()
+		if err := s.sweepLost(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("lost delivery sweep failed", "error", err)
 		}
 	}
 }
 
-// Sweep records, with their owner notifications, the exhausted deliveries
-// whose dead letter is over Age late, up to 1,000 at a time.
+// Sweep runs each sweep once: exhausted deliveries, then lost ones.
 func (s *Sweeper) Sweep(ctx context.Context) error {
+	if err := s.sweepExhausted(ctx); err != nil {
+		return err
+	}
+	return s.sweepLost(ctx)
+}
+
+// sweepLost hands the lost deliveries, up to 1,000, back to the outbox
+// relay, one log line each.
+func (s *Sweeper) sweepLost(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, lostSQL, s.LostAge)
+	if err != nil {
+		return fmt.Errorf("sweep lost deliveries: %w", err)
+	}
+	var id, tenantID uuid.UUID
+	var attempts int
+	var enqueuedAt time.Time
+	n, err := pgx.ForEachRow(rows, []any{&id, &tenantID, &attempts, &enqueuedAt}, func() error {
+		s.log.Warn("delivery enqueued but never taken: handed back to the outbox relay", "delivery_id", id.String(),
+			"tenant_id", tenantID.String(), "attempt", attempts+1, "enqueued_at", enqueuedAt.UTC().Format(time.RFC3339))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sweep lost deliveries: %w", err)
+	}
+	metrics.LostDeliveriesResent.Add(float64(n.RowsAffected()))
+	return nil
+}
+
+// sweepExhausted records, with their owner notifications, the exhausted
+// deliveries whose dead letter is over Age late, up to 1,000 at a time.
+func (s *Sweeper) sweepExhausted(ctx context.Context) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err

@@ -58,6 +58,7 @@ func TestAlertsHaveSummaryAndRunbook(t *testing.T) {
 		"CircuitOpen", "CircuitOpenOverAnHour", "RedisFallbackActive", "DLQOver1000PerTenant",
 		"DeliverySuccessRateLow", "WorkerUtilisationHigh", "QueueDepthHigh", "RedisDown", "PostgresDown",
 		"RetentionNotSucceeding", "BatchOperationFailed", "DLQGrowingFast",
+		"DeliveriesWaitingOnInternalFailure", "MessageHandlerPanicked", "DeliveriesLostInQueue",
 	} {
 		require.True(t, names[want], "alert %s is defined", want)
 	}

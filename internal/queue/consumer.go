@@ -42,6 +42,9 @@ type ConsumerConfig struct {
 	Concurrency int
 	// Grace is how long in-flight handlers may run after Run's ctx ends.
 	Grace time.Duration
+	// MaxPanics is how often a message may crash its handler (a panic)
+	// before it is dead-lettered. Default 3.
+	MaxPanics int
 }
 
 // Consumer consumes its queues (by default the three work queues, preferring
@@ -61,6 +64,9 @@ type Consumer struct {
 func NewConsumer(conn *Conn, topo Topology, pub *Publisher, cfg ConsumerConfig, h Handler) *Consumer {
 	cfg.Prefetch = max(cfg.Prefetch, 1)
 	cfg.Concurrency = max(cfg.Concurrency, 1)
+	if cfg.MaxPanics <= 0 {
+		cfg.MaxPanics = defaultMaxPanics
+	}
 	if len(cfg.Queues) == 0 {
 		for _, p := range Priorities {
 			cfg.Queues = append(cfg.Queues, topo.WorkQueue(p))
@@ -129,11 +135,11 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 		go func() {
 			defer wg.Done()
 			for {
-				d, ok := next(ctx, sources)
+				d, i, ok := next(ctx, sources)
 				if !ok {
 					return
 				}
-				c.handle(workCtx, d)
+				c.handle(workCtx, c.cfg.Queues[i], d)
 			}
 		}()
 	}
@@ -141,16 +147,17 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 	return nil
 }
 
-// next takes the next message, preferring higher priorities. It returns
-// false when ctx ends or a source closes (the channel died).
-func next(ctx context.Context, sources []<-chan amqp.Delivery) (amqp.Delivery, bool) {
+// next takes the next message, preferring higher priorities, and returns
+// the index of its source. It returns false when ctx ends or a source
+// closes (the channel died).
+func next(ctx context.Context, sources []<-chan amqp.Delivery) (amqp.Delivery, int, bool) {
 	if ctx.Err() != nil {
-		return amqp.Delivery{}, false
+		return amqp.Delivery{}, 0, false
 	}
-	for _, src := range sources {
+	for i, src := range sources {
 		select {
 		case d, ok := <-src:
-			return d, ok
+			return d, i, ok
 		default:
 		}
 	}
@@ -161,17 +168,23 @@ func next(ctx context.Context, sources []<-chan amqp.Delivery) (amqp.Delivery, b
 	}
 	chosen, v, ok := reflect.Select(cases)
 	if chosen == 0 || !ok {
-		return amqp.Delivery{}, false
+		return amqp.Delivery{}, 0, false
 	}
-	return v.Interface().(amqp.Delivery), true
+	return v.Interface().(amqp.Delivery), chosen - 1, true
 }
 
-func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) {
+// handle hands d, taken from queue, to the handler and settles it.
+func (c *Consumer) handle(ctx context.Context, queue string, d amqp.Delivery) {
 	if c.deferUntilDue(ctx, d) {
 		return
 	}
+	disp, crash := c.call(ctx, d)
+	if crash != nil {
+		c.afterPanic(ctx, queue, d, crash)
+		return
+	}
 	var err error
-	switch c.handler(ctx, d) {
+	switch disp {
 	case Ack:
 		err = d.Ack(false)
 	case Requeue:

@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -17,6 +19,9 @@ const (
 	// HeaderNotBefore is the unix millisecond time before which the message
 	// must not be handed to a handler.
 	HeaderNotBefore = "x-not-before-ms"
+	// HeaderPublishID identifies one publish of a message, so that a
+	// basic.return can be matched to the publish it answers (see returns).
+	HeaderPublishID = "x-publish-id"
 )
 
 // Message is one unit of work to enqueue.
@@ -37,28 +42,47 @@ type Message struct {
 // ErrNacked is returned when the broker refused a message.
 var ErrNacked = errors.New("rabbitmq refused the message")
 
-// Publisher publishes persistent messages with publisher confirms over a
-// few channels of the shared connection, reopened after every reconnection.
+// ErrUnroutable is returned when the broker returned a message because no
+// queue is bound for its route (every publish is mandatory). The broker
+// confirms such a message all the same; without mandatory it would have
+// been dropped while the caller believed it enqueued.
+var ErrUnroutable = errors.New("rabbitmq routed the message to no queue")
+
+// Publisher publishes persistent, mandatory messages with publisher
+// confirms over a few channels of the shared connection, reopened after
+// every reconnection. A publish succeeds only when the broker confirmed
+// every message and returned none.
 type Publisher struct {
 	conn *Conn
 	topo Topology
 	size int
+	// idPrefix and seq make the publish ids (HeaderPublishID) unique.
+	idPrefix string
+	seq      atomic.Uint64
 
 	mu    sync.Mutex
-	chans []*amqp.Channel
+	chans []pubChannel
 	next  atomic.Uint64
+}
+
+// pubChannel is a confirm-mode channel with the returns it received.
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns *returns
 }
 
 // NewPublisher returns a publisher with channels confirm-mode channels.
 // It declares the topology on every (re)connection.
 func NewPublisher(conn *Conn, topo Topology, channels int) *Publisher {
-	p := &Publisher{conn: conn, topo: topo, size: max(channels, 1)}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	p := &Publisher{conn: conn, topo: topo, size: max(channels, 1), idPrefix: hex.EncodeToString(b) + "-"}
 	conn.OnOpen(p.open)
 	return p
 }
 
 func (p *Publisher) open(c *amqp.Connection) {
-	chans := make([]*amqp.Channel, 0, p.size)
+	chans := make([]pubChannel, 0, p.size)
 	for range p.size {
 		ch, err := c.Channel()
 		if err == nil {
@@ -71,28 +95,28 @@ func (p *Publisher) open(c *amqp.Connection) {
 			p.conn.log.Error("rabbitmq publisher channel", "error", err)
 			break
 		}
-		chans = append(chans, ch)
+		chans = append(chans, pubChannel{ch: ch, returns: watchReturns(ch)})
 	}
 	p.mu.Lock()
 	p.chans = chans
 	p.mu.Unlock()
 }
 
-func (p *Publisher) channel() (*amqp.Channel, error) {
+func (p *Publisher) channel() (pubChannel, error) {
 	if _, err := p.conn.Current(); err != nil {
-		return nil, err
+		return pubChannel{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.chans) == 0 {
-		return nil, ErrNotConnected
+		return pubChannel{}, ErrNotConnected
 	}
 	i := int(p.next.Add(1) % uint64(len(p.chans)))
-	ch := p.chans[i]
-	if ch.IsClosed() {
-		return nil, ErrNotConnected
+	pc := p.chans[i]
+	if pc.ch.IsClosed() {
+		return pubChannel{}, ErrNotConnected
 	}
-	return ch, nil
+	return pc, nil
 }
 
 // Check reports whether the publisher can publish: connected, with its
@@ -104,29 +128,69 @@ func (p *Publisher) Check(context.Context) error {
 }
 
 // Publish enqueues msgs and returns once the broker has confirmed every one
-// (nil) or any failed. On error some may have been enqueued: callers retry
-// the whole set and consumers tolerate duplicates.
+// (nil) or any failed: refused (ErrNacked), or returned for want of a
+// queue (ErrUnroutable). On error some may have been enqueued: callers
+// retry the whole set and consumers tolerate duplicates.
 func (p *Publisher) Publish(ctx context.Context, msgs ...Message) error {
-	ch, err := p.channel()
+	now := time.Now()
+	out := make([]outgoing, len(msgs))
+	for i, m := range msgs {
+		exchange, key := p.route(m, now)
+		out[i] = outgoing{exchange: exchange, key: key, msg: m}
+	}
+	return p.send(ctx, now, out)
+}
+
+// route picks the work queue for a due message and the delay tier for one
+// that must wait.
+func (p *Publisher) route(m Message, now time.Time) (exchange, key string) {
+	if tier, ok := tierFor(m.NotBefore.Sub(now)); ok {
+		return p.topo.DelayExchange(), strconv.FormatInt(tier.Milliseconds(), 10) + "." + m.Priority
+	}
+	return p.topo.WorkExchange(), m.Priority
+}
+
+// PublishDead sends a message straight to the dead-letter queue.
+func (p *Publisher) PublishDead(ctx context.Context, m Message) error {
+	m.NotBefore = time.Time{}
+	return p.send(ctx, time.Now(), []outgoing{{exchange: p.topo.DeadExchange(), msg: m}})
+}
+
+// publishTo sends a message straight to the queue named queue, at its
+// tail.
+func (p *Publisher) publishTo(ctx context.Context, queue string, m Message) error {
+	return p.send(ctx, time.Now(), []outgoing{{key: queue, msg: m}})
+}
+
+// outgoing is a message and its route.
+type outgoing struct {
+	exchange, key string
+	msg           Message
+}
+
+// send publishes out on one channel, mandatory and persistent, and waits
+// for every confirm and for any return.
+func (p *Publisher) send(ctx context.Context, now time.Time, out []outgoing) error {
+	pc, err := p.channel()
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
-	for _, m := range msgs {
-		exchange, key := p.route(m, now)
-		headers := m.Headers
-		if !m.NotBefore.IsZero() {
+	ids := make([]string, len(out))
+	confirms := make([]*amqp.DeferredConfirmation, 0, len(out))
+	for i, o := range out {
+		ids[i] = p.idPrefix + strconv.FormatUint(p.seq.Add(1), 36)
+		headers := withHeader(o.msg.Headers, HeaderPublishID, ids[i])
+		if !o.msg.NotBefore.IsZero() {
 			// Rounded up to the millisecond, so never early.
-			headers = withHeader(headers, HeaderNotBefore, (m.NotBefore.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond))
+			headers[HeaderNotBefore] = (o.msg.NotBefore.UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp.Publishing{
+		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, o.exchange, o.key, true, false, amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
 			ContentType:  "application/json",
-			MessageId:    m.ID,
+			MessageId:    o.msg.ID,
 			Timestamp:    now,
 			Headers:      headers,
-			Body:         m.Body,
+			Body:         o.msg.Body,
 		})
 		if err != nil {
 			return fmt.Errorf("publish: %w", err)
@@ -142,41 +206,14 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...Message) error {
 			return ErrNacked
 		}
 	}
-	return nil
-}
-
-// route picks the work queue for a due message and the delay tier for one
-// that must wait.
-func (p *Publisher) route(m Message, now time.Time) (exchange, key string) {
-	if tier, ok := tierFor(m.NotBefore.Sub(now)); ok {
-		return p.topo.DelayExchange(), strconv.FormatInt(tier.Milliseconds(), 10) + "." + m.Priority
-	}
-	return p.topo.WorkExchange(), m.Priority
-}
-
-// PublishDead sends a message straight to the dead-letter queue.
-func (p *Publisher) PublishDead(ctx context.Context, m Message) error {
-	ch, err := p.channel()
+	returned, err := pc.returns.take(ctx, ids)
 	if err != nil {
-		return err
+		return fmt.Errorf("wait for returns: %w", err)
 	}
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.topo.DeadExchange(), "", false, false, amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		ContentType:  "application/json",
-		MessageId:    m.ID,
-		Timestamp:    time.Now(),
-		Headers:      m.Headers,
-		Body:         m.Body,
-	})
-	if err != nil {
-		return fmt.Errorf("publish dead letter: %w", err)
-	}
-	ok, err := dc.WaitContext(ctx)
-	if err != nil {
-		return fmt.Errorf("wait for confirm: %w", err)
-	}
-	if !ok {
-		return ErrNacked
+	if len(returned) > 0 {
+		r := returned[0]
+		return fmt.Errorf("%w: %d of %d returned (%d %s, exchange %q, routing key %q)",
+			ErrUnroutable, len(returned), len(out), r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)
 	}
 	return nil
 }

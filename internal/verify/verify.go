@@ -25,9 +25,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +53,16 @@ const sampleBytes = 1024
 
 // quotedBytes is how much of the answer a failure quotes.
 const quotedBytes = 200
+
+// What the checker reads of an answer is bounded, whatever the endpoint
+// sends, as for deliveries: the status line and headers to
+// maxHeaderBytes (Go's default is 10 MB), the body to sampleBytes, and the
+// body data HTTP/2 buffers ahead of our reads to h2Window (Go's default:
+// 4 MiB a stream).
+const (
+	maxHeaderBytes = 64 << 10
+	h2Window       = 64 << 10
+)
 
 // Config sets up a Checker.
 type Config struct {
@@ -77,11 +90,13 @@ func New(cfg Config) *Checker {
 	}
 	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: cfg.Policy.Control()}
 	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         dialer.DialContext,
-		TLSHandshakeTimeout: cfg.Timeout,
-		DisableKeepAlives:   true,
-		ForceAttemptHTTP2:   true,
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		TLSHandshakeTimeout:    cfg.Timeout,
+		DisableKeepAlives:      true,
+		ForceAttemptHTTP2:      true,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+		HTTP2:                  &http.HTTP2Config{MaxReceiveBufferPerStream: h2Window, MaxReceiveBufferPerConnection: h2Window},
 	}
 	return &Checker{
 		client: &http.Client{
@@ -138,12 +153,13 @@ func (c *Checker) Check(ctx context.Context, w webhook.Webhook) (Result, error) 
 		return Result{Problem: "the url cannot be requested: " + err.Error()}, nil
 	}
 	req.Header = h
-	res, err := c.client.Do(req)
+	var reached atomic.Bool
+	res, err := c.client.Do(withReachedTrace(req, &reached))
 	if err != nil {
 		if parent.Err() != nil {
 			return Result{}, fmt.Errorf("check of webhook %s cut off: %w", w.ID, parent.Err())
 		}
-		return Result{Problem: c.noAnswer(ctx, err), Duration: time.Since(now)}, nil
+		return Result{Problem: c.noAnswer(ctx, err, reached.Load()), Duration: time.Since(now)}, nil
 	}
 	sample, _ := io.ReadAll(io.LimitReader(res.Body, sampleBytes))
 	_ = res.Body.Close() // never read past the sample
@@ -180,8 +196,9 @@ func (c *Checker) headers(w webhook.Webhook, body []byte, now time.Time) (http.H
 	return h, nil
 }
 
-// noAnswer says why a request got no answer.
-func (c *Checker) noAnswer(ctx context.Context, err error) string {
+// noAnswer says why a request got no answer; reached says the request
+// was written or an answer began.
+func (c *Checker) noAnswer(ctx context.Context, err error, reached bool) string {
 	var dnsErr *net.DNSError
 	switch {
 	case errors.Is(err, netguard.ErrBlocked):
@@ -190,8 +207,34 @@ func (c *Checker) noAnswer(ctx context.Context, err error) string {
 		return fmt.Sprintf("no answer within %s", c.timeout)
 	case errors.As(err, &dnsErr):
 		return "the endpoint's host name does not resolve: " + dnsErr.Error()
+	case reached && !brokenConnection(err):
+		return "the endpoint's answer could not be read (headers over 64 KiB, or not valid HTTP): " + cause(err)
 	}
 	return "the request failed: " + cause(err)
+}
+
+// withReachedTrace sets reached once the request is written or the first
+// byte of an answer is read, so that an answer that could not be read is
+// told from no answer. It sets no Got1xxResponse: without one, the headers
+// of informational responses count against the same limit as the final
+// one's.
+func withReachedTrace(req *http.Request, reached *atomic.Bool) *http.Request {
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				reached.Store(true)
+			}
+		},
+		GotFirstResponseByte: func() { reached.Store(true) },
+	}))
+}
+
+// brokenConnection reports whether err is the connection breaking (closed,
+// reset or failed underneath) rather than the client refusing an answer.
+func brokenConnection(err error) bool {
+	var opErr *net.OpError
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &opErr) ||
+		errors.Is(err, syscall.ECONNRESET)
 }
 
 // cause is the innermost message of a client error, without the method

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/dlq"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/wire"
+)
+
+// onChannel runs f on a channel of a connection of its own.
+func onChannel(t *testing.T, f func(ch *amqp.Channel) error) {
+	t.Helper()
+	conn, err := amqp.Dial(queuetest.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	require.NoError(t, f(ch))
+}
+
+// A delivery whose work queue is not bound (deleted and redeclared by
+// hand, or a topology change) used to be confirmed by the broker, dropped,
+// marked enqueued, and left pending for ever. Publishes are mandatory now:
+// the broker returns it, the publish fails, the delivery stays unmarked
+// and the outbox relay keeps trying, so it is delivered once the queue is
+// bound again.
+func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	s := newSystem(t, func(o *options) { o.log = slog.New(slog.NewTextHandler(logs, nil)) })
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	s.webhook(rc.URL, nil)
+	unbind := func(ch *amqp.Channel) error {
+		return ch.QueueUnbind(s.topo.WorkQueue("normal"), "normal", s.topo.WorkExchange(), nil)
+	}
+	onChannel(t, unbind)
+
+	id := s.deliveryOf(s.publish("order.created", map[string]any{}))
+	enqueued := func() bool {
+		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND enqueued_at IS NOT NULL`, id) == 1
+	}
+	eventually(t, 20*time.Second, func() bool {
+		return enqueued() || strings.Contains(logs.String(), "outbox relay pass failed")
+	}, "the delivery to be marked enqueued, or the relay to fail to publish it")
+	require.False(t, enqueued(), "a message the broker dropped is not marked enqueued")
+	require.Contains(t, logs.String(), queue.ErrUnroutable.Error())
+	require.Empty(t, rc.requests())
+
+	onChannel(t, func(ch *amqp.Channel) error {
+		return ch.QueueBind(s.topo.WorkQueue("normal"), "normal", s.topo.WorkExchange(), false, nil)
+	})
+	s.waitStatus(id, "succeeded", 20*time.Second)
+	require.Len(t, s.attempts(id), 1)
+	require.Len(t, rc.requests(), 1)
+}
+
+// A delivery marked enqueued whose message never reached a worker (lost
+// before publishes were mandatory, purged, or on a deleted queue) is found
+// by the dlq sweep an hour after it was due, handed back to the outbox
+// relay, and delivered. Parked deliveries, and those enqueued recently,
+// are left alone.
+func TestLostDeliveryIsSweptBackToTheRelay(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	s.webhook(rc.URL, nil)
+	first := s.deliveryOf(s.publish("order.created", map[string]any{}))
+	s.waitStatus(first, "succeeded", 15*time.Second)
+
+	ctx := context.Background()
+	copyOf := func(enqueuedAgo, parkedAgo string) uuid.UUID {
+		id := uuid.Must(uuid.NewV7())
+		_, err := s.pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority,
+			enqueued_at, created_at, updated_at, parked_at, park_reason)
+			SELECT $1, tenant_id, event_id, webhook_id, 'pending', 'normal', now() - $2::interval,
+			       now() - interval '2 hours', now() - $2::interval,
+			       now() - $3::interval, CASE WHEN $3::interval IS NOT NULL THEN 'order' END
+			FROM deliveries WHERE id = $4`, id, enqueuedAgo, nilIfEmpty(parkedAgo), first)
+		require.NoError(t, err)
+		return id
+	}
+	lost := copyOf("2 hours", "")
+	parked := copyOf("2 hours", "2 hours")
+	recent := copyOf("10 minutes", "")
+
+	before := testutil.ToFloat64(metrics.LostDeliveriesResent)
+	sweeper := dlq.NewSweeper(s.dlqPool, &taskSink{}, slog.New(slog.DiscardHandler))
+	require.NoError(t, sweeper.Sweep(ctx))
+	s.waitStatus(lost, "succeeded", 20*time.Second)
+	require.Len(t, s.attempts(lost), 1)
+	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.LostDeliveriesResent), before+1)
+	for _, id := range []uuid.UUID{parked, recent} {
+		require.Equal(t, 1, s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'pending' AND enqueued_at IS NOT NULL`, id),
+			"delivery %s left alone", id)
+	}
+}
+
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// A message that crashed its worker's handler too often reaches the
+// dead-letter queue saying so, and its delivery is exhausted with that
+// reason.
+func TestPanickingMessageExhaustsItsDelivery(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		<-release // hold the first attempt: the delivery stays pending meanwhile
+	})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	hookID, _ := s.webhook(rc.URL, nil)
+	eventID := s.publish("order.created", map[string]any{})
+	id := s.deliveryOf(eventID)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the attempt never started")
+	}
+	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: s.tenantID,
+		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
+	m := task.Message(time.Time{})
+	publishRaw(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
+		Headers: amqp.Table{queue.HeaderPanics: int64(3), queue.HeaderPanic: "runtime error: invalid memory address or nil pointer dereference"}})
+	s.waitStatus(id, "exhausted", 15*time.Second)
+	releaseOnce()
+	var reason string
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&reason))
+	require.Equal(t, "poison message: its handler panicked 3 times (last: runtime error: invalid memory address or nil pointer dereference)", reason)
+}
