@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
@@ -61,6 +62,11 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("unknown command %q (want serve, migrate or rotate-secret-key)", cmd)
 	}
 
+	// Every statement of the serving api is bounded; "api migrate" and
+	// "api rotate-secret-key" above are not.
+	if cfg.Database.URL, err = db.WithStatementTimeout(cfg.Database.URL, cfg.API.StatementTimeout.D()); err != nil {
+		return err
+	}
 	deps, err := process.Connect(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -83,6 +89,8 @@ func run(ctx context.Context, args []string) error {
 	events := event.NewService(deps.PG, deps.Redis, cfg.Redis.KeyPrefix, dispatcher, log)
 	checks := deps.Checks()
 	checks["rabbitmq"] = pub.Check
+	// /readyz names what is down; why goes to the log.
+	checks = checks.LogFailures(log)
 	metrics.Init(metrics.Process{Name: "api", Checks: checks})
 	keys, err := secret.FromConfig(cfg.Security.SecretKeys)
 	if err != nil {
@@ -92,7 +100,7 @@ func run(ctx context.Context, args []string) error {
 		Config:     cfg,
 		Log:        log,
 		Tenants:    tenant.NewStore(deps.PG),
-		Webhooks:   webhook.NewStore(deps.PG, webhook.WithKeyring(keys)),
+		Webhooks:   webhook.NewStore(deps.PG, webhook.WithKeyring(keys), webhook.WithMaxPerTenant(cfg.API.MaxWebhooksPerTenant)),
 		Events:     events,
 		Deliveries: history.NewReader(deps.PG),
 		DLQ:        dlq.NewStore(deps.PG, dispatcher),
@@ -126,11 +134,26 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer func() { stopBG(); bg.Wait() }()
 
-	httpSrv := &http.Server{Addr: cfg.API.Addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	throttle, err := httpapi.NewAuthThrottle(cfg.API, log)
+	if err != nil {
+		return err
+	}
+	httpSrv := newHTTPServer(cfg.API, throttle.Wrap(srv.Handler()))
 	log.Info("api listening", "addr", cfg.API.Addr, "database", process.RedactURL(cfg.Database.URL))
 	err = process.Serve(ctx, httpSrv, cfg.ShutdownGrace.D())
 	log.Info("api stopped")
 	return err
+}
+
+// newHTTPServer returns the api's HTTP server on cfg.Addr. Every phase of
+// a connection is bounded (api.read_header_timeout, read_timeout,
+// idle_timeout), so that clients that send slowly or go quiet cannot hold
+// connections and their goroutines. Writes are not bounded: an answer may
+// wait for an endpoint verification (verify.Timeout) or a slow query, which
+// api.statement_timeout bounds.
+func newHTTPServer(cfg config.API, h http.Handler) *http.Server {
+	return &http.Server{Addr: cfg.Addr, Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout.D(),
+		ReadTimeout: cfg.ReadTimeout.D(), IdleTimeout: cfg.IdleTimeout.D()}
 }
 
 func migrate(ctx context.Context, url string, log *slog.Logger) error {

@@ -154,6 +154,10 @@ type API struct {
 	AdminToken string `yaml:"admin_token"`
 	// MaxPayloadBytes is the largest accepted event body. Default 262144.
 	MaxPayloadBytes int64 `yaml:"max_payload_bytes"`
+	// MaxWebhooksPerTenant bounds the webhooks (not deleted) of one
+	// tenant: one publish fans out to all of them inside the shared group
+	// commit. Default 1000.
+	MaxWebhooksPerTenant int `yaml:"max_webhooks_per_tenant"`
 	// RequireHTTPS refuses http:// webhook URLs. Default false.
 	RequireHTTPS bool `yaml:"require_https"`
 	// SecretRotationGrace is how long the previous secret keeps signing after
@@ -167,6 +171,41 @@ type API struct {
 	// AuthCacheTTL is how long a verified API key is trusted without asking
 	// the database again; 0 disables the cache. Default 5s.
 	AuthCacheTTL Duration `yaml:"auth_cache_ttl"`
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, headers and body, so that
+	// a client trickling a body cannot hold a connection and its goroutine
+	// for ever. Default 30s: a largest event (api.max_payload_bytes) at
+	// under 10 KB/s.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request. Default 120s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// StatementTimeout bounds every SQL statement of the api (Postgres
+	// statement_timeout on its connections), so that a slow query cannot
+	// hold a connection of the pool for ever. Migrations run without it.
+	// Default 30s.
+	StatementTimeout Duration `yaml:"statement_timeout"`
+	// AuthFailures throttles failed authentications (admin token, API
+	// keys, console sign-in) per client address.
+	AuthFailures AuthThrottle `yaml:"auth_failures"`
+	// TrustedProxies are the CIDRs of reverse proxies whose
+	// X-Forwarded-For names the client, for the authentication throttle.
+	// Default none: the client is the connecting peer, and X-Forwarded-For,
+	// which anyone can send, is ignored.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// AuthThrottle is a token bucket of failed authentications per client
+// address: a client may fail Burst times in a row, then PerMinute times a
+// minute; a client with no failure left is answered 429 with Retry-After,
+// whatever its credentials, until one is earned back.
+type AuthThrottle struct {
+	// Burst is how many failures in a row a client may make. Default 10.
+	Burst int `yaml:"burst"`
+	// PerMinute is how many failures a minute a client earns back.
+	// Default 6.
+	PerMinute int `yaml:"per_minute"`
 }
 
 // Network configures which endpoint addresses deliveries may reach.
@@ -227,11 +266,17 @@ func Default() Config {
 			BatchSize:   5000,
 		},
 		API: API{
-			Addr:                "127.0.0.1:8080",
-			MaxPayloadBytes:     256 << 10,
-			SecretRotationGrace: Duration(24 * time.Hour),
-			MigrateOnStart:      true,
-			AuthCacheTTL:        Duration(5 * time.Second),
+			Addr:                 "127.0.0.1:8080",
+			MaxPayloadBytes:      256 << 10,
+			SecretRotationGrace:  Duration(24 * time.Hour),
+			MigrateOnStart:       true,
+			AuthCacheTTL:         Duration(5 * time.Second),
+			MaxWebhooksPerTenant: 1000,
+			ReadHeaderTimeout:    Duration(10 * time.Second),
+			ReadTimeout:          Duration(30 * time.Second),
+			IdleTimeout:          Duration(120 * time.Second),
+			StatementTimeout:     Duration(30 * time.Second),
+			AuthFailures:         AuthThrottle{Burst: 10, PerMinute: 6},
 		},
 		Defaults: Defaults{
 			TenantRateLimit:        RateLimit{RequestsPerMinute: 1000, Burst: 100},
@@ -371,9 +416,13 @@ func (c *Config) Validate() error {
 	if c.API.SecretRotationGrace.D() < 0 || c.API.SecretRotationGrace.D() > 30*24*time.Hour {
 		bad("api.secret_rotation_grace", "must be between 0 and 720h")
 	}
+	if c.API.MaxWebhooksPerTenant < 1 || c.API.MaxWebhooksPerTenant > 1_000_000 {
+		bad("api.max_webhooks_per_tenant", "must be between 1 and 1000000, got %d", c.API.MaxWebhooksPerTenant)
+	}
 	if c.API.AuthCacheTTL.D() < 0 || c.API.AuthCacheTTL.D() > time.Hour {
 		bad("api.auth_cache_ttl", "must be between 0 and 1h")
 	}
+	c.validateServing(bad)
 	if c.ShutdownGrace.D() <= 0 || c.ShutdownGrace.D() > 10*time.Minute {
 		bad("shutdown_grace", "must be between 1ms and 10m")
 	}
@@ -437,6 +486,36 @@ func (c *Config) Validate() error {
 	checkRate(bad, "defaults.webhook_rate_limit", c.Defaults.WebhookRateLimit.RequestsPerMinute, c.Defaults.WebhookRateLimit.Burst)
 	checkRate(bad, "defaults.tenant_publish_rate_limit", c.Defaults.TenantPublishRateLimit.RequestsPerSecond, c.Defaults.TenantPublishRateLimit.Burst)
 	return errors.Join(errs...)
+}
+
+// validateServing checks the api's bounds on connections, statements and
+// failed authentications.
+func (c *Config) validateServing(bad func(string, string, ...any)) {
+	inRange := func(name string, d Duration, lo, hi time.Duration) bool {
+		if d.D() < lo || d.D() > hi {
+			bad(name, "must be between %s and %s", lo, hi)
+			return false
+		}
+		return true
+	}
+	inRange("api.read_header_timeout", c.API.ReadHeaderTimeout, time.Second, 5*time.Minute)
+	if inRange("api.read_timeout", c.API.ReadTimeout, time.Second, time.Hour) &&
+		c.API.ReadTimeout.D() < c.API.ReadHeaderTimeout.D() {
+		bad("api.read_timeout", "must not be less than api.read_header_timeout (%s)", c.API.ReadHeaderTimeout.D())
+	}
+	inRange("api.idle_timeout", c.API.IdleTimeout, time.Second, time.Hour)
+	inRange("api.statement_timeout", c.API.StatementTimeout, 100*time.Millisecond, time.Hour)
+	if b := c.API.AuthFailures.Burst; b < 1 || b > 10_000 {
+		bad("api.auth_failures.burst", "must be between 1 and 10000, got %d", b)
+	}
+	if p := c.API.AuthFailures.PerMinute; p < 1 || p > 10_000 {
+		bad("api.auth_failures.per_minute", "must be between 1 and 10000, got %d", p)
+	}
+	for i, cidr := range c.API.TrustedProxies {
+		if _, err := netip.ParsePrefix(strings.TrimSpace(cidr)); err != nil {
+			bad(fmt.Sprintf("api.trusted_proxies[%d]", i), "%q is not a CIDR", cidr)
+		}
+	}
 }
 
 func checkURL(bad func(string, string, ...any), name, raw string, schemes ...string) {

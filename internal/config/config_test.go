@@ -64,6 +64,12 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.Equal(t, 24*time.Hour, got.API.SecretRotationGrace.D())
 	require.True(t, got.API.MigrateOnStart)
 	require.Equal(t, 5*time.Second, got.API.AuthCacheTTL.D())
+	require.Equal(t, 10*time.Second, got.API.ReadHeaderTimeout.D())
+	require.Equal(t, 30*time.Second, got.API.ReadTimeout.D())
+	require.Equal(t, 120*time.Second, got.API.IdleTimeout.D())
+	require.Equal(t, 30*time.Second, got.API.StatementTimeout.D())
+	require.Equal(t, config.AuthThrottle{Burst: 10, PerMinute: 6}, got.API.AuthFailures)
+	require.Empty(t, got.API.TrustedProxies)
 	require.Equal(t, config.Worker{Concurrency: 256, Prefetch: 512, ConnectTimeout: config.Duration(10 * time.Second), MaxConnsPerHost: 5,
 		HostQueueWait: config.Duration(500 * time.Millisecond)}, got.Worker)
 	require.Equal(t, config.DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: config.Duration(30 * time.Second)}, got.DLQ)
@@ -97,10 +103,17 @@ api:
   addr: 0.0.0.0:9000
   admin_token: 0123456789abcdef
   max_payload_bytes: 2048
+  max_webhooks_per_tenant: 50
   require_https: true
   secret_rotation_grace: 1h30m
   migrate_on_start: false
   auth_cache_ttl: 0s
+  read_header_timeout: 2s
+  read_timeout: 20s
+  idle_timeout: 1m
+  statement_timeout: 5s
+  auth_failures: {burst: 3, per_minute: 2}
+  trusted_proxies: ["10.0.0.0/8"]
 metrics_addr: ":9999"
 shutdown_grace: 90s
 worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2, host_queue_wait: 250ms}
@@ -128,12 +141,19 @@ security:
 		MetricsAddr:   ":9999",
 		ShutdownGrace: config.Duration(90 * time.Second),
 		API: config.API{
-			Addr:                "0.0.0.0:9000",
-			AdminToken:          "0123456789abcdef",
-			MaxPayloadBytes:     2048,
-			RequireHTTPS:        true,
-			SecretRotationGrace: config.Duration(90 * time.Minute),
-			MigrateOnStart:      false,
+			Addr:                 "0.0.0.0:9000",
+			AdminToken:           "0123456789abcdef",
+			MaxPayloadBytes:      2048,
+			MaxWebhooksPerTenant: 50,
+			RequireHTTPS:         true,
+			SecretRotationGrace:  config.Duration(90 * time.Minute),
+			MigrateOnStart:       false,
+			ReadHeaderTimeout:    config.Duration(2 * time.Second),
+			ReadTimeout:          config.Duration(20 * time.Second),
+			IdleTimeout:          config.Duration(time.Minute),
+			StatementTimeout:     config.Duration(5 * time.Second),
+			AuthFailures:         config.AuthThrottle{Burst: 3, PerMinute: 2},
+			TrustedProxies:       []string{"10.0.0.0/8"},
 		},
 		Worker: config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2,
 			HostQueueWait: config.Duration(250 * time.Millisecond)},
@@ -442,6 +462,21 @@ func TestValidate(t *testing.T) {
 		{"shutdown grace too long", func(c *config.Config) { c.ShutdownGrace = config.Duration(10*time.Minute + 1) }, "shutdown_grace"},
 		{"amqp prefix empty", func(c *config.Config) { c.AMQP.Prefix = "" }, "amqp.prefix"},
 
+		{"read header timeout zero", func(c *config.Config) { c.API.ReadHeaderTimeout = 0 }, "api.read_header_timeout"},
+		{"read timeout zero", func(c *config.Config) { c.API.ReadTimeout = 0 }, "api.read_timeout"},
+		{"read timeout below header timeout", func(c *config.Config) {
+			c.API.ReadHeaderTimeout, c.API.ReadTimeout = config.Duration(20*time.Second), config.Duration(10*time.Second)
+		}, "api.read_timeout"},
+		{"read timeout 1h", func(c *config.Config) { c.API.ReadTimeout = config.Duration(time.Hour) }, ""},
+		{"idle timeout zero", func(c *config.Config) { c.API.IdleTimeout = 0 }, "api.idle_timeout"},
+		{"idle timeout too long", func(c *config.Config) { c.API.IdleTimeout = config.Duration(2 * time.Hour) }, "api.idle_timeout"},
+		{"statement timeout zero", func(c *config.Config) { c.API.StatementTimeout = 0 }, "api.statement_timeout"},
+		{"statement timeout 100ms", func(c *config.Config) { c.API.StatementTimeout = config.Duration(100 * time.Millisecond) }, ""},
+		{"auth failure burst zero", func(c *config.Config) { c.API.AuthFailures.Burst = 0 }, "api.auth_failures.burst"},
+		{"auth failure rate zero", func(c *config.Config) { c.API.AuthFailures.PerMinute = 0 }, "api.auth_failures.per_minute"},
+		{"trusted proxies", func(c *config.Config) { c.API.TrustedProxies = []string{"10.0.0.0/8", "fd00::/8"} }, ""},
+		{"trusted proxy bare address", func(c *config.Config) { c.API.TrustedProxies = []string{"10.0.0.1"} }, "api.trusted_proxies[0]"},
+
 		{"cidr v4 and v6", func(c *config.Config) { c.Network.AllowCIDRs = []string{"10.0.0.0/8", " fd00::/8 "} }, ""},
 		{"cidr bare address", func(c *config.Config) { c.Network.AllowCIDRs = []string{"10.0.0.1"} }, "network.allow_cidrs[0]"},
 		{"cidr bad mask", func(c *config.Config) { c.Network.AllowCIDRs = []string{"10.0.0.0/8", "10.0.0.0/33"} }, "network.allow_cidrs[1]"},
@@ -503,6 +538,7 @@ func TestCommittedDevConfigLoads(t *testing.T) {
 	want.API.AdminToken = "dev-admin-token"
 	want.Network.AllowPrivateNetworks = true
 	want.Network.AllowCIDRs = []string{}
+	want.API.TrustedProxies = []string{}
 	want.Security.SecretKeys = []string{"dev:ZGV2LW9ubHkta2V5LWRvLW5vdC11c2UtaW4tcHJvZCE="}
 	require.Equal(t, want, got)
 

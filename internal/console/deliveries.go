@@ -116,7 +116,7 @@ func (c *Console) retryDelivery(ctx *gin.Context) {
 		c.deliveryPageWith(ctx, d, http.StatusBadRequest, "Priority: "+fe.Message)
 		return
 	case errors.Is(err, dlq.ErrNotExhausted), errors.Is(err, dlq.ErrRetryInFlight), errors.Is(err, dlq.ErrInactive),
-		errors.Is(err, dlq.ErrPayloadPruned):
+		errors.Is(err, dlq.ErrPayloadPruned), errors.Is(err, dlq.ErrAlreadyResolved):
 		c.deliveryPageWith(ctx, d, http.StatusConflict, "Not retried: "+err.Error()+".")
 		return
 	case err != nil:

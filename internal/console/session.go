@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -184,6 +185,9 @@ func (c *Console) sessionOf(ctx *gin.Context) (*Session, error) {
 	if err != nil {
 		return nil, nil
 	}
+	if ended, err := c.sessionEnded(ctx, s); err != nil || ended {
+		return nil, err
+	}
 	k, ok, err := c.keyActive(ctx, s)
 	if err != nil || !ok {
 		return nil, err
@@ -281,8 +285,35 @@ func (c *Console) signIn(ctx *gin.Context) {
 	ctx.Redirect(http.StatusSeeOther, d.Next)
 }
 
-// signOut forgets the session in this browser.
+// Sign-out is recorded in Postgres (migration 000003), so that every api
+// process refuses the session's cookie afterwards, not only this browser
+// (which forgets it). Rows are keyed by a hash of the session's nonce.
+const (
+	sessionEndedSQL = `SELECT EXISTS (SELECT 1 FROM console_sessions_ended WHERE session_hash = $1)`
+	endSessionSQL   = `SELECT end_console_session($1, $2, $3)`
+)
+
+func sessionHash(s Session) []byte {
+	h := sha256.Sum256(s.nonce[:])
+	return h[:]
+}
+
+// sessionEnded reports whether s was signed out.
+func (c *Console) sessionEnded(ctx *gin.Context, s Session) (bool, error) {
+	var ended bool
+	if err := c.db.QueryRow(ctx.Request.Context(), sessionEndedSQL, sessionHash(s)).Scan(&ended); err != nil {
+		return false, fmt.Errorf("console session: %w", err)
+	}
+	return ended, nil
+}
+
+// signOut ends the session on the server and forgets it in this browser.
 func (c *Console) signOut(ctx *gin.Context) {
+	s := session(ctx)
+	if _, err := c.db.Exec(ctx.Request.Context(), endSessionSQL, sessionHash(s), s.TenantID, s.Expires); err != nil {
+		c.fail(ctx, fmt.Errorf("end console session: %w", err))
+		return
+	}
 	c.setCookie(ctx, sessionCookie, "", -1)
 	ctx.Redirect(http.StatusSeeOther, "/console/sign-in")
 }

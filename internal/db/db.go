@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -43,12 +46,43 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	return pool, nil
 }
 
+// WithStatementTimeout returns url with Postgres's statement_timeout set to
+// d on every connection opened from it: a statement running longer is
+// cancelled (SQLSTATE 57014) and its connection is free again. pgx sends
+// the parameters of a connection string it does not know itself as
+// run-time parameters when it connects. url is a postgres:// URL or a
+// key=value connection string; a statement_timeout it had is replaced.
+func WithStatementTimeout(url string, d time.Duration) (string, error) {
+	if d < time.Millisecond {
+		return "", fmt.Errorf("statement timeout %s: must be at least 1ms", d)
+	}
+	ms := strconv.FormatInt(d.Milliseconds(), 10)
+	if !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+		return url + " statement_timeout=" + ms, nil
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", fmt.Errorf("parse database url: %w", err)
+	}
+	q := u.Query()
+	q.Set("statement_timeout", ms)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
 // Migrate applies every pending migration. The migration library holds a
 // Postgres advisory lock while it works, so concurrent callers (several api
 // processes starting at once) are safe: one applies, the others wait and
 // find nothing left to do. It returns the schema version reached.
+//
+// It runs on connections of its own, opened with pool's settings but no
+// statement timeout: a migration may take longer than the api allows a
+// query (an index on a large table), and waiting for another process's
+// migration is one statement (the advisory lock).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (uint, error) {
-	sqlDB := stdlib.OpenDBFromPool(pool)
+	cc := pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["statement_timeout"] = "0"
+	sqlDB := stdlib.OpenDB(*cc)
 	defer sqlDB.Close()
 	return migrateDB(ctx, sqlDB)
 }

@@ -150,9 +150,14 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 		if err := json.Unmarshal(retryRaw, &j.Retry); err != nil {
 			return nil, fmt.Errorf("decode retry config of delivery %s: %w", id, err)
 		}
-		if err := json.Unmarshal(headersRaw, &j.Headers); err != nil {
-			return nil, fmt.Errorf("decode headers of delivery %s: %w", id, err)
+		// Custom header values are sealed at rest like the secrets; one
+		// that cannot be opened is our failure, not the endpoint's.
+		headers, err := webhook.OpenHeaders(s.keys, hookID, headersRaw)
+		if err != nil {
+			failed[id] = err
+			continue
 		}
+		j.Headers = headers
 		found[id] = j
 	}
 	if err := rows.Err(); err != nil {

@@ -29,16 +29,22 @@ type publisher interface {
 // Header names the worker adds to messages it sends back.
 const (
 	// headerInternalRetries counts how often a message was put back for our
-	// own failures; past maxInternalRetries it is dead-lettered.
+	// own failures (it sets the wait before the next try), and
+	// headerInternalSince is when it was first put back (unix ms).
 	headerInternalRetries = "x-internal-retries"
+	headerInternalSince   = "x-internal-since"
 	// HeaderDeadReason says why a message went to the dead-letter queue.
 	HeaderDeadReason = "x-dead-reason"
 )
 
 const (
-	internalRetryDelay = 5 * time.Second
-	maxInternalRetries = 720 // an hour of 5 s waits
-	inactiveDelay      = time.Minute
+	// A message put back for our own failure comes back after 5 s, 10 s,
+	// 20 s, then every 30 s for as long as the failure lasts, however long:
+	// our outage is not the endpoint's failure, so it never spends the
+	// delivery's retries nor sends it to the DLQ (see putBack).
+	internalRetryBase = 5 * time.Second
+	internalRetryMax  = 30 * time.Second
+	inactiveDelay     = time.Minute
 )
 
 // Worker handles delivery messages: the queue.Handler of the worker
@@ -116,6 +122,10 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) queue.Disposition 
 	if err != nil {
 		w.log.Error("malformed delivery message: dead-lettered", "message_id", d.MessageId, "error", err)
 		return queue.DeadLetter
+	}
+	if _, waited := d.Headers[headerInternalSince]; waited {
+		// Unless it is put back again, its wait on our failure is over.
+		defer metrics.InternalWaits.Done(t.DeliveryID.String(), w.now())
 	}
 	if w.gate != nil {
 		slot := w.gate.Enter(ctx, t.TenantID)
@@ -328,6 +338,9 @@ func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, hea
 	m := t.Message(until)
 	m.Headers = copyHeaders(headers)
 	delete(m.Headers, schedule.HeaderReservedAt)
+	// Put off for a reason of its own: no longer waiting on our failure.
+	delete(m.Headers, headerInternalRetries)
+	delete(m.Headers, headerInternalSince)
 	if reserved {
 		m.Headers[schedule.HeaderReservedAt] = until.UnixMilli()
 	}
@@ -351,28 +364,46 @@ func reservedFor(h amqp.Table, now time.Time) bool {
 
 // putBack returns a message after our own failure, through a delay tier so
 // that an outage does not spin it through its delivery limit; nothing is
-// recorded against the endpoint.
+// recorded against the endpoint. It waits as long as the failure lasts,
+// with a backoff of at most internalRetryMax: an hour-long database outage
+// must not send every delivery in flight to the DLQ as poison.
+// hookline_worker_internal_wait_seconds shows how long the oldest waits.
 func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t wire.Task, headers amqp.Table, stage string, cause error) queue.Disposition {
 	metrics.WorkerInternalErrors.WithLabelValues(stage).Inc()
+	now := w.now()
 	n := internalRetries(headers) + 1
-	if n > maxInternalRetries {
-		log.Error("delivery failed internally too often: dead-lettered", "stage", stage, "error", cause)
-		return queue.DeadLetter
+	since := now
+	if ms, ok := headers[headerInternalSince].(int64); ok {
+		since = time.UnixMilli(ms)
 	}
-	log.Warn("delivery put back after an internal failure (not an attempt)", "stage", stage, "error", cause, "internal_retries", n)
-	m := t.Message(w.now().Add(internalRetryDelay))
+	metrics.InternalWaits.Waiting(t.DeliveryID.String(), since)
+	delay := internalRetryDelay(n)
+	log.Warn("delivery put back after an internal failure (not an attempt)", "stage", stage, "error", cause,
+		"internal_retries", n, "waiting_for", now.Sub(since).Round(time.Second).String(), "retry_in", delay.String())
+	m := t.Message(now.Add(delay))
 	m.Headers = copyHeaders(headers)
 	m.Headers[headerInternalRetries] = int64(n)
+	m.Headers[headerInternalSince] = since.UnixMilli()
 	if err := w.pub.Publish(context.WithoutCancel(ctx), m); err != nil {
 		return queue.Requeue
 	}
 	return queue.Ack
 }
 
+// internalRetryDelay is the wait before the nth try after our own failure:
+// internalRetryBase doubling, at most internalRetryMax.
+func internalRetryDelay(n int) time.Duration {
+	d := internalRetryBase
+	for i := 1; i < n && d < internalRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, internalRetryMax)
+}
+
 // observe writes the attempt's log line and metrics.
 func (w *Worker) observe(log *slog.Logger, t wire.Task, j job, rec attemptRecord, d retry.Decision) {
 	res := rec.Response
-	metrics.Deliveries.WithLabelValues(string(rec.Status), j.EventType, string(res.Category)).Inc()
+	metrics.Deliveries.WithLabelValues(string(rec.Status), string(res.Category)).Inc()
 	outcome := "success"
 	if !d.Succeeded {
 		outcome = "failure"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -207,9 +208,13 @@ WHERE ` + setWhere + `
 ORDER BY d.id
 LIMIT @limit`
 
-const insertBatchRetriesSQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, batch_operation_id, created_at)
-SELECT uuidv7(), $1, t.event_id, t.webhook_id, $2, t.retry_of, $3, $4
+// insertBatchRetriesSQL creates the retries of a page, each with the order
+// key its webhook's ordering gives it now (the rule publishing uses), so
+// that a retried delivery of an ordered webhook keeps its place.
+var insertBatchRetriesSQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, batch_operation_id, created_at, order_key)
+SELECT uuidv7(), $1, t.event_id, t.webhook_id, $2, t.retry_of, $3, $4, ` + webhook.OrderKeySQL("w", "e.event_type") + `
 FROM unnest($5::uuid[], $6::uuid[], $7::uuid[]) AS t(event_id, webhook_id, retry_of)
+JOIN webhooks w ON w.id = t.webhook_id JOIN events e ON e.id = t.event_id
 ON CONFLICT DO NOTHING
 RETURNING id, event_id, webhook_id, retry_of`
 

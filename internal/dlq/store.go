@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/history"
+	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -24,9 +25,12 @@ var (
 	ErrNotFound      = errors.New("not found")
 	ErrNotExhausted  = errors.New("delivery is not exhausted: only exhausted deliveries can be retried")
 	ErrRetryInFlight = errors.New("a retry of this delivery is already in flight")
-	ErrInactive      = errors.New("the webhook is inactive: activate it before retrying its deliveries")
-	ErrPayloadPruned = errors.New("the event's payload was removed by retention: it cannot be delivered again")
-	ErrFinished      = errors.New("the batch operation has already finished")
+	// ErrAlreadyResolved: the event has reached the webhook since (a retry
+	// succeeded); another retry would deliver it again.
+	ErrAlreadyResolved = errors.New("the delivery is resolved: a retry of it succeeded; retry with force to deliver the event again")
+	ErrInactive        = errors.New("the webhook is inactive: activate it before retrying its deliveries")
+	ErrPayloadPruned   = errors.New("the event's payload was removed by retention: it cannot be delivered again")
+	ErrFinished        = errors.New("the batch operation has already finished")
 )
 
 // dispatcher takes committed deliveries to the broker (outbox.Dispatcher).
@@ -57,20 +61,72 @@ func checkPriority(field string, p *string) error {
 	return nil
 }
 
-const retryTargetSQL = `SELECT d.status, d.event_id, d.created_at, e.correlation_id, e.data IS NULL,
+// retryTargetSQL reads what decides a retry. The entry is resolved when
+// a delivery of its event to its webhook has succeeded: one of its
+// retries, or a retry of one of those. The order key is the one fan-out
+// gives a delivery of this event to the webhook as it is now
+// (webhook.OrderKeySQL), so that the retry waits its turn like any other.
+var retryTargetSQL = `SELECT d.status, d.event_id, d.created_at, e.correlation_id, e.data IS NULL,
     w.active, w.deleted_at IS NOT NULL,
-    EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id AND r.status IN ('pending', 'retrying'))
+    EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id AND r.status IN ('pending', 'retrying')),
+    EXISTS (SELECT 1 FROM deliveries r WHERE r.event_id = d.event_id AND r.webhook_id = d.webhook_id
+            AND r.status = 'succeeded'),
+    ` + webhook.OrderKeySQL("w", "e.event_type") + `
 FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
 WHERE d.id = $1 AND d.tenant_id = $2 AND d.webhook_id = $3
 FOR UPDATE OF d`
 
-const insertRetrySQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`
+const insertRetrySQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, created_at, order_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// Retry gives an exhausted delivery a new delivery of the same event (and
-// so the same idempotency key) to the same webhook, linked to it by
-// retry_of, and enqueues it. The exhausted delivery is left as it was.
+// RetryOptions adjust a retry.
+type RetryOptions struct {
+	// Priority is high, normal or low; empty means normal.
+	Priority string
+	// Force retries an entry that is already resolved (ErrAlreadyResolved
+	// otherwise): the event is delivered again.
+	Force bool
+}
+
+// retryTarget is what retryTargetSQL reads.
+type retryTarget struct {
+	status, correlation                         string
+	eventID                                     uuid.UUID
+	createdAt                                   time.Time
+	pruned, active, deleted, inFlight, resolved bool
+	orderKey                                    *string
+}
+
+// check returns why t cannot be retried, or nil.
+func (t retryTarget) check(force bool) error {
+	switch {
+	case t.deleted:
+		return ErrNotFound
+	case wire.Status(t.status) != wire.Exhausted:
+		return ErrNotExhausted
+	case t.inFlight:
+		return ErrRetryInFlight
+	case t.resolved && !force:
+		return ErrAlreadyResolved
+	case !t.active:
+		return ErrInactive
+	case t.pruned:
+		return ErrPayloadPruned
+	}
+	return nil
+}
+
+// Retry is RetryWith at priority, without force.
 func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.UUID, priority string) (uuid.UUID, error) {
+	return s.RetryWith(ctx, tenantID, webhookID, deliveryID, RetryOptions{Priority: priority})
+}
+
+// RetryWith gives an exhausted delivery a new delivery of the same event
+// (and so the same idempotency key) to the same webhook, linked to it by
+// retry_of, and enqueues it. The exhausted delivery is left as it was. An
+// entry already resolved is retried only with opts.Force.
+func (s *Store) RetryWith(ctx context.Context, tenantID, webhookID, deliveryID uuid.UUID, opts RetryOptions) (uuid.UUID, error) {
+	priority := opts.Priority
 	if err := checkPriority("priority", &priority); err != nil {
 		return uuid.Nil, err
 	}
@@ -80,31 +136,21 @@ func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	var status, correlation string
-	var eventID uuid.UUID
-	var createdAt time.Time
-	var pruned, active, deleted, inFlight bool
-	err = tx.QueryRow(ctx, retryTargetSQL, deliveryID, tenantID, webhookID).Scan(
-		&status, &eventID, &createdAt, &correlation, &pruned, &active, &deleted, &inFlight)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	var t retryTarget
+	err = tx.QueryRow(ctx, retryTargetSQL, deliveryID, tenantID, webhookID).Scan(&t.status, &t.eventID, &t.createdAt,
+		&t.correlation, &t.pruned, &t.active, &t.deleted, &t.inFlight, &t.resolved, &t.orderKey)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, ErrNotFound
-	case err != nil:
+	}
+	if err != nil {
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
-	case deleted:
-		return uuid.Nil, ErrNotFound
-	case wire.Status(status) != wire.Exhausted:
-		return uuid.Nil, ErrNotExhausted
-	case inFlight:
-		return uuid.Nil, ErrRetryInFlight
-	case !active:
-		return uuid.Nil, ErrInactive
-	case pruned:
-		return uuid.Nil, ErrPayloadPruned
+	}
+	if err := t.check(opts.Force); err != nil {
+		return uuid.Nil, err
 	}
 	id := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if _, err := tx.Exec(ctx, insertRetrySQL, id, tenantID, eventID, webhookID, priority, deliveryID, now); err != nil {
+	if _, err := tx.Exec(ctx, insertRetrySQL, id, tenantID, t.eventID, webhookID, priority, deliveryID, now, t.orderKey); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 			return uuid.Nil, ErrRetryInFlight
@@ -114,8 +160,8 @@ func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	if err := tx.Commit(ctx); err != nil {
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
-	s.dispatch.Enqueue(wire.Task{DeliveryID: id, EventID: eventID, WebhookID: webhookID, TenantID: tenantID,
-		Priority: priority, Attempt: 1, CreatedAt: now, CorrelationID: correlation})
+	s.dispatch.Enqueue(wire.Task{DeliveryID: id, EventID: t.eventID, WebhookID: webhookID, TenantID: tenantID,
+		Priority: priority, Attempt: 1, CreatedAt: now, CorrelationID: t.correlation})
 	return id, nil
 }
 

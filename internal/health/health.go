@@ -1,10 +1,16 @@
 // Package health serves liveness and readiness: /healthz answers while the
 // process runs, /readyz only while every dependency it needs answers.
+//
+// Both are served without authentication, to load balancers and to
+// anyone who can reach the port, so readiness says only which dependency
+// is down, never why: a driver's error names hosts, users and databases.
+// The error goes to the process's log (LogFailures).
 package health
 
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"sort"
 	"sync"
@@ -17,11 +23,28 @@ type Check func(ctx context.Context) error
 // Checks maps a dependency name (postgres, redis, rabbitmq) to its check.
 type Checks map[string]Check
 
-// Report is the readiness answer.
+// Report is the readiness answer: each check "ok" or "down", and the
+// names of those down.
 type Report struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
 	Down   []string          `json:"down,omitempty"`
+}
+
+// LogFailures returns c with each check logging its error to log (at
+// warn, with the dependency's name) when it fails.
+func (c Checks) LogFailures(log *slog.Logger) Checks {
+	out := make(Checks, len(c))
+	for name, check := range c {
+		out[name] = func(ctx context.Context) error {
+			err := check(ctx)
+			if err != nil {
+				log.Warn("dependency check failed", "dependency", name, "error", err)
+			}
+			return err
+		}
+	}
+	return out
 }
 
 // Run runs every check concurrently, each within timeout.
@@ -39,7 +62,7 @@ func (c Checks) Run(ctx context.Context, timeout time.Duration) Report {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				rep.Checks[name] = "down: " + err.Error()
+				rep.Checks[name] = "down"
 				rep.Down = append(rep.Down, name)
 				return
 			}

@@ -2,11 +2,21 @@ package httpapi
 
 import (
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/tenant"
 )
 
@@ -58,3 +68,221 @@ func (s *Server) requireTenant(c *gin.Context) {
 func principal(c *gin.Context) tenant.Principal {
 	return c.MustGet(principalKey).(tenant.Principal)
 }
+
+// AuthThrottle answers 429 to a client that failed to authenticate too
+// often: a wrong admin token, API key or console sign-in key. Each client
+// address has a bucket of failures (api.auth_failures): a failure takes a
+// token, a client without one is refused before its credentials are looked
+// at, and tokens come back at a steady rate. A failure is an answer of
+// 401, so that every way of authenticating, present and future, is
+// counted without each handler having to remember to.
+//
+// The buckets live in this process's memory, not in Redis: authentication
+// runs on every API request and must not wait on another round trip, nor
+// fail open or closed with Redis. With several api processes a client gets
+// the allowance once per process, which still keeps guessing an admin
+// token or a 32-byte key hopeless. A failure made while others are in
+// flight is still counted: the bucket goes into debt, so that a burst of
+// concurrent guesses is paid for with a longer wait, never with more
+// guesses over time.
+//
+// A bucket is kept as the time it will be full again (GCRA's theoretical
+// arrival time): tokens are (burst - (full - now) / interval), in whole
+// durations, so that waits are exact.
+type AuthThrottle struct {
+	// interval earns one failure back; tolerance is (burst - 1) intervals.
+	interval, tolerance time.Duration
+	trusted             []netip.Prefix
+	log                 *slog.Logger
+	now                 func() time.Time
+
+	mu        sync.Mutex
+	fullAt    map[netip.Prefix]time.Time
+	lastSweep time.Time
+}
+
+// maxThrottledClients bounds the buckets kept. Full buckets carry nothing
+// and are dropped first; beyond that an arbitrary one goes.
+const maxThrottledClients = 100_000
+
+// NewAuthThrottle returns the throttle configured by cfg (auth_failures,
+// trusted_proxies); clients it starts refusing are logged to log.
+func NewAuthThrottle(cfg config.API, log *slog.Logger) (*AuthThrottle, error) {
+	if cfg.AuthFailures.Burst < 1 || cfg.AuthFailures.PerMinute < 1 {
+		return nil, errors.New("api.auth_failures: burst and per_minute must be at least 1")
+	}
+	interval := time.Minute / time.Duration(cfg.AuthFailures.PerMinute)
+	t := &AuthThrottle{interval: interval, tolerance: time.Duration(cfg.AuthFailures.Burst-1) * interval,
+		log: log, now: time.Now, fullAt: map[netip.Prefix]time.Time{}}
+	for _, c := range cfg.TrustedProxies {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("api.trusted_proxies: %w", err)
+		}
+		t.trusted = append(t.trusted, p.Masked())
+	}
+	return t, nil
+}
+
+// Wrap returns next behind the throttle.
+func (t *AuthThrottle) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := t.client(r)
+		if !ok || !presentsCredential(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if wait := t.wait(key); wait > 0 {
+			tooManyFailures(w, wait)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.status == http.StatusUnauthorized {
+			t.fail(key)
+		}
+	})
+}
+
+// presentsCredential reports whether r asks to be authenticated: it bears
+// an Authorization header or posts the console's sign-in form. Other
+// requests (health, metrics, console pages under a signed session) pass a
+// refused client by.
+func presentsCredential(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || (r.Method == http.MethodPost && r.URL.Path == "/console/sign-in")
+}
+
+// client returns the bucket key of r's client: its address, taken from
+// X-Forwarded-For only past trusted proxies (the right-most address that is
+// not one); an IPv6 client is its /64, which one holder usually has whole.
+func (t *AuthThrottle) client(r *http.Request) (netip.Prefix, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	addr := ap.Addr().Unmap().WithZone("")
+	if t.trusts(addr) {
+		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0 && t.trusts(addr); i-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				break
+			}
+			addr = hop.Unmap().WithZone("")
+		}
+	}
+	bits := 32
+	if addr.Is6() {
+		bits = 64
+	}
+	p, err := addr.Prefix(bits)
+	return p, err == nil
+}
+
+func (t *AuthThrottle) trusts(a netip.Addr) bool {
+	for _, p := range t.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// wait returns how long the client must wait for a failure token, 0 when
+// it has one.
+func (t *AuthThrottle) wait(key netip.Prefix) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	full, ok := t.fullAt[key]
+	if !ok {
+		return 0
+	}
+	now := t.now()
+	if !full.After(now) {
+		delete(t.fullAt, key)
+		return 0
+	}
+	return max(0, full.Sub(now)-t.tolerance)
+}
+
+// fail takes a token from the client's bucket, into debt if need be.
+func (t *AuthThrottle) fail(key netip.Prefix) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	full, ok := t.fullAt[key]
+	if !ok {
+		t.makeRoom(now)
+	}
+	if full.Before(now) {
+		full = now
+	}
+	full = full.Add(t.interval)
+	t.fullAt[key] = full
+	if ahead := full.Sub(now); ahead > t.tolerance && ahead <= t.tolerance+t.interval {
+		t.log.Warn("client refused after failed authentications", "client", key.String())
+	}
+}
+
+// makeRoom drops buckets when there are too many: the full ones (swept at
+// most once a second), else arbitrary ones.
+func (t *AuthThrottle) makeRoom(now time.Time) {
+	if len(t.fullAt) < maxThrottledClients {
+		return
+	}
+	if now.Sub(t.lastSweep) >= time.Second {
+		t.lastSweep = now
+		for k, full := range t.fullAt {
+			if !full.After(now) {
+				delete(t.fullAt, k)
+			}
+		}
+	}
+	for k := range t.fullAt {
+		if len(t.fullAt) < maxThrottledClients {
+			break
+		}
+		delete(t.fullAt, k)
+	}
+}
+
+// tooManyFailures answers a throttled client: 429, Retry-After in whole
+// seconds.
+func tooManyFailures(w http.ResponseWriter, wait time.Duration) {
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": newError(http.StatusTooManyRequests, "too_many_auth_failures",
+		"too many failed authentications from your address: retry in %d s", secs)})
+}
+
+// statusRecorder remembers the status a handler answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Flush lets handlers below (Gin's writer) flush through the recorder.
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

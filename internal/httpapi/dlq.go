@@ -109,6 +109,8 @@ func decodeOptionalJSON(c *gin.Context, dst any) error {
 }
 
 // retryDelivery gives an exhausted delivery a new delivery: 202 with its id.
+// An entry already resolved (a retry of it succeeded) answers 409
+// already_resolved unless the body says "force": true.
 func (s *Server) retryDelivery(c *gin.Context) {
 	hookID, err := pathID(c, "id")
 	if err != nil {
@@ -122,17 +124,26 @@ func (s *Server) retryDelivery(c *gin.Context) {
 	}
 	var in struct {
 		Priority string `json:"priority"`
+		Force    bool   `json:"force"`
 	}
 	if err := decodeOptionalJSON(c, &in); err != nil {
 		abort(c, err)
 		return
 	}
-	id, err := s.dlq.Retry(c.Request.Context(), principal(c).TenantID, hookID, deliveryID, in.Priority)
+	if s.refusedByPublishLimit(c) {
+		return
+	}
+	id, err := s.dlq.RetryWith(c.Request.Context(), principal(c).TenantID, hookID, deliveryID,
+		dlq.RetryOptions{Priority: in.Priority, Force: in.Force})
 	if err != nil {
 		abort(c, mapDLQErr(err))
 		return
 	}
-	s.recordAudit(c, audit.DeliveryRetried, "delivery", deliveryID, map[string]any{"retry_delivery_id": id})
+	details := map[string]any{"retry_delivery_id": id}
+	if in.Force {
+		details["force"] = true
+	}
+	s.recordAudit(c, audit.DeliveryRetried, "delivery", deliveryID, details)
 	logger(c).Info("delivery retried", "delivery_id", deliveryID.String(), "retry_delivery_id", id.String(),
 		"tenant_id", principal(c).TenantID.String())
 	c.JSON(http.StatusAccepted, gin.H{"delivery_id": id, "retry_of": deliveryID})
@@ -224,6 +235,9 @@ func (s *Server) replayEvent(c *gin.Context) {
 		}
 		hook = &h
 	}
+	if s.refusedByPublishLimit(c) {
+		return
+	}
 	res, err := s.events.Replay(c.Request.Context(), principal(c).TenantID, id, hook)
 	switch {
 	case errors.Is(err, event.ErrPayloadPruned):
@@ -253,6 +267,8 @@ func mapDLQErr(err error) error {
 		return newError(http.StatusConflict, "not_exhausted", "%s", err.Error())
 	case errors.Is(err, dlq.ErrRetryInFlight):
 		return newError(http.StatusConflict, "retry_in_flight", "%s", err.Error())
+	case errors.Is(err, dlq.ErrAlreadyResolved):
+		return newError(http.StatusConflict, "already_resolved", "%s", err.Error())
 	case errors.Is(err, dlq.ErrInactive):
 		return newError(http.StatusConflict, "webhook_inactive", "%s", err.Error())
 	case errors.Is(err, dlq.ErrPayloadPruned):

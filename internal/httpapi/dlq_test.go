@@ -242,3 +242,31 @@ func TestReplayRefusals(t *testing.T) {
 	require.Equal(t, "payload_pruned", r.errCode())
 	require.Equal(t, 2, e.count(`SELECT count(*) FROM events WHERE tenant_id = $1`, tenantID), "nothing half-written")
 }
+
+// Replays draw from the tenant's publish limit like publishing does: with
+// a limit of 2 a second, burst 2, the third replay in a row is refused
+// with Retry-After and creates nothing.
+func TestReplaysCountAgainstThePublishLimit(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	r := e.do("POST", "/v1/tenants", testAdminToken, map[string]any{"name": "acme",
+		"publish_rate_limit": map[string]any{"requests_per_second": 2, "burst": 2}})
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
+	tenantID, key := r.Body["id"].(string), r.Body["api_key"].(string)
+	hook := e.createWebhook(key, map[string]any{})["id"].(string)
+	d := e.seedDelivery(tenantID, hook, "order.created", "succeeded", "", time.Now())
+	var eventID string
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT event_id::text FROM deliveries WHERE id = $1`, d).Scan(&eventID))
+	events := e.count(`SELECT count(*) FROM events`)
+	statuses := make([]int, 3)
+	for i := range statuses {
+		res := e.do("POST", "/v1/events/"+eventID+"/replay", key, nil)
+		statuses[i] = res.Status
+		if res.Status == http.StatusTooManyRequests {
+			require.Equal(t, "rate_limited", res.errCode())
+			require.NotEmpty(t, res.Header.Get("Retry-After"))
+		}
+	}
+	require.Equal(t, []int{http.StatusAccepted, http.StatusAccepted, http.StatusTooManyRequests}, statuses)
+	require.Equal(t, events+2, e.count(`SELECT count(*) FROM events`))
+}

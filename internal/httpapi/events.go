@@ -29,12 +29,8 @@ func (s *Server) publishEvent(c *gin.Context) {
 		metrics.PublishRequests.WithLabelValues(outcome).Inc()
 		metrics.PublishDuration.Observe(time.Since(start).Seconds())
 	}()
-	if wait, limited := s.publishLimited(c); limited {
+	if s.refusedByPublishLimit(c) {
 		outcome = "rate_limited"
-		metrics.RateLimitHits.WithLabelValues("publish").Inc()
-		c.Header("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		abort(c, newError(http.StatusTooManyRequests, "rate_limited",
-			"publish rate limit of %d per second exceeded; retry after %s", principal(c).PublishLimit.RequestsPerSecond, wait.Round(time.Millisecond)))
 		return
 	}
 	req, err := s.readPublish(c)
@@ -57,6 +53,21 @@ func (s *Server) publishEvent(c *gin.Context) {
 	}
 	outcome = "accepted"
 	c.JSON(http.StatusAccepted, res)
+}
+
+// refusedByPublishLimit answers 429 with Retry-After and reports true when
+// the tenant's publish bucket has no token. Publishing, replays and
+// retries of exhausted deliveries all draw from it: each makes deliveries.
+func (s *Server) refusedByPublishLimit(c *gin.Context) bool {
+	wait, limited := s.publishLimited(c)
+	if !limited {
+		return false
+	}
+	metrics.RateLimitHits.WithLabelValues("publish").Inc()
+	c.Header("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	abort(c, newError(http.StatusTooManyRequests, "rate_limited",
+		"publish rate limit of %d per second exceeded; retry after %s", principal(c).PublishLimit.RequestsPerSecond, wait.Round(time.Millisecond)))
+	return true
 }
 
 // publishLimited takes a token from the tenant's publish bucket. When Redis
@@ -113,6 +124,11 @@ func (s *Server) readPublish(c *gin.Context) (event.Request, error) {
 	for name, dst := range map[string]*string{"event_type": &r.EventType, "source": &r.Source,
 		"idempotency_key": &r.IdempotencyKey, "priority": &r.Priority} {
 		if v, ok := fields[name]; ok && string(v) != "null" {
+			// Checked raw: decoded, invalid UTF-8 and lone surrogates
+			// would already be U+FFFD. data is event.Publish's to check.
+			if err := fielderr.JSONText(name, v); err != nil {
+				return event.Request{}, err
+			}
 			if err := json.Unmarshal(v, dst); err != nil {
 				return event.Request{}, fielderr.New(name, "must be a string")
 			}

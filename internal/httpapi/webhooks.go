@@ -35,7 +35,7 @@ func (s *Server) createWebhook(c *gin.Context) {
 		return
 	}
 	if w, err = s.webhooks.Create(c.Request.Context(), w); err != nil {
-		abort(c, err)
+		abort(c, mapWebhookErr(err))
 		return
 	}
 	logger(c).Info("webhook created", "webhook_id", w.ID.String())
@@ -200,8 +200,11 @@ func (s *Server) loadWebhook(c *gin.Context) (webhook.Webhook, error) {
 }
 
 func mapWebhookErr(err error) error {
-	if errors.Is(err, webhook.ErrNotFound) {
+	switch {
+	case errors.Is(err, webhook.ErrNotFound):
 		return errNotFound
+	case errors.Is(err, webhook.ErrTooMany):
+		return newError(http.StatusConflict, "webhook_limit_reached", "%s; delete one first", err.Error())
 	}
 	return err
 }

@@ -72,7 +72,7 @@ func TestWebhookCreateKeepsGivenValues(t *testing.T) {
 	require.Equal(t, false, w["circuit_breaker_config"].(map[string]any)["enabled"])
 	require.Equal(t, map[string]any{"requests_per_minute": 600.0, "burst": 20.0}, w["rate_limit"])
 	require.Equal(t, "strict", w["ordering_guarantee"])
-	require.Equal(t, map[string]any{"X-Team": "payments"}, w["headers"])
+	require.Equal(t, map[string]any{"X-Team": "****"}, w["headers"], "header values are credentials: masked")
 	require.Equal(t, map[string]any{"owner": "ops", "n": 3.0}, w["metadata"])
 }
 
@@ -277,7 +277,7 @@ func TestWebhookPatchAndPut(t *testing.T) {
 	rc := p.Body["retry_config"].(map[string]any)
 	require.Equal(t, 8.0, rc["max_attempts"])
 	require.Equal(t, 1000.0, rc["base_delay_ms"], "nested fields not given are kept")
-	require.Equal(t, map[string]any{"X-A": "1"}, p.Body["headers"])
+	require.Equal(t, map[string]any{"X-A": "****"}, p.Body["headers"])
 	require.Equal(t, w["created_at"], p.Body["created_at"])
 	require.NotEqual(t, w["updated_at"], p.Body["updated_at"])
 	require.NotContains(t, p.Body, "secret")

@@ -133,6 +133,8 @@ func TestComposeFile(t *testing.T) {
 		penv := composeEnv(env)
 		require.Empty(t, penv["SECRET_KEYS"], "compose has no default secret key")
 		penv["SECRET_KEYS"] = testKey
+		require.Empty(t, penv["ADMIN_TOKEN"], "compose has no default admin token")
+		penv["ADMIN_TOKEN"] = "a-token-of-enough-length"
 		cfg := loadConfig(t, "", penv)
 		listen[name] = cfg.API.Addr
 		if name != "api" {

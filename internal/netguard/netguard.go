@@ -22,27 +22,33 @@ var ErrBlocked = errors.New("address is not allowed")
 // blockedRanges are refused unless private networks are allowed or an allow
 // list entry covers the address.
 var blockedRanges = mustPrefixes(
-	"0.0.0.0/8",       // "this" network, unspecified
-	"10.0.0.0/8",      // RFC 1918
-	"100.64.0.0/10",   // CGNAT, RFC 6598
-	"127.0.0.0/8",     // loopback
-	"169.254.0.0/16",  // link-local, cloud metadata (169.254.169.254)
-	"172.16.0.0/12",   // RFC 1918
-	"192.0.0.0/24",    // IETF protocol assignments
-	"192.0.2.0/24",    // TEST-NET-1
-	"192.168.0.0/16",  // RFC 1918
-	"198.18.0.0/15",   // benchmarking
-	"198.51.100.0/24", // TEST-NET-2
-	"203.0.113.0/24",  // TEST-NET-3
-	"224.0.0.0/4",     // multicast
-	"240.0.0.0/4",     // reserved, broadcast
-	"::/96",           // unspecified, loopback and IPv4-compatible (::a.b.c.d)
-	"64:ff9b::/96",    // NAT64 (embeds IPv4)
-	"100::/64",        // discard
-	"2001:db8::/32",   // documentation
-	"fc00::/7",        // unique local (ULA)
-	"fe80::/10",       // link-local
-	"ff00::/8",        // multicast
+	"0.0.0.0/8",        // "this" network, unspecified
+	"10.0.0.0/8",       // RFC 1918
+	"100.64.0.0/10",    // CGNAT, RFC 6598
+	"127.0.0.0/8",      // loopback
+	"168.63.129.16/32", // Azure host: wireserver, metadata proxy and DNS for every VM
+	"169.254.0.0/16",   // link-local, cloud metadata (169.254.169.254)
+	"172.16.0.0/12",    // RFC 1918
+	"192.0.0.0/24",     // IETF protocol assignments
+	"192.0.2.0/24",     // TEST-NET-1
+	"192.168.0.0/16",   // RFC 1918
+	"198.18.0.0/15",    // benchmarking
+	"198.51.100.0/24",  // TEST-NET-2
+	"203.0.113.0/24",   // TEST-NET-3
+	"224.0.0.0/4",      // multicast
+	"240.0.0.0/4",      // reserved, broadcast
+	"::/96",            // unspecified, loopback and IPv4-compatible (::a.b.c.d)
+	"::ffff:0:0:0/96",  // IPv4-translated (SIIT, RFC 2765): ::ffff:0:a.b.c.d
+	"64:ff9b::/96",     // NAT64 (embeds IPv4)
+	"64:ff9b:1::/48",   // local-use NAT64 (RFC 8215), embeds IPv4
+	"100::/64",         // discard
+	"2001::/32",        // Teredo: a relay reaches the IPv4 address it embeds
+	"2001:db8::/32",    // documentation
+	"2002::/16",        // 6to4: a relay reaches the IPv4 address it embeds
+	"fc00::/7",         // unique local (ULA)
+	"fe80::/10",        // link-local
+	"fec0::/10",        // site-local (deprecated by RFC 3879, still routed inside some sites)
+	"ff00::/8",         // multicast
 )
 
 func mustPrefixes(cidrs ...string) []netip.Prefix {

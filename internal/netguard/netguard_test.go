@@ -386,3 +386,53 @@ func TestCheckAddrBlocksIPv4CompatibleForms(t *testing.T) {
 		require.ErrorIs(t, netguard.Policy{}.CheckAddr(netip.MustParseAddr(a)), netguard.ErrBlocked, a)
 	}
 }
+
+// TestCheckAddrBlocksEmbeddingAndProviderRanges covers ranges that carry an
+// IPv4 address inside an IPv6 one (a translator or tunnel relay could hand
+// the connection to the private address it embeds) and the Azure host
+// address, which answers metadata and DHCP requests from any VM.
+func TestCheckAddrBlocksEmbeddingAndProviderRanges(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		addr    string
+		blocked bool
+	}{
+		// local-use NAT64, RFC 8215
+		{"64:ff9b:1::a00:1", true},
+		{"64:ff9b:1:ffff:ffff:ffff:ffff:ffff", true},
+		{"64:ff9b:2::1", false},
+		// 6to4, RFC 3056: 2002:AABB:CCDD::/48 embeds AA.BB.CC.DD
+		{"2002:7f00:1::1", true},    // 127.0.0.1
+		{"2002:a9fe:a9fe::1", true}, // 169.254.169.254
+		{"2002:808:808::1", true},   // even a public IPv4: relays are untrusted
+		{"2003::1", false},
+		// Teredo, RFC 4380
+		{"2001::1", true},
+		{"2001:0:ffff:ffff:ffff:ffff:ffff:ffff", true},
+		{"2001:200::1", false},
+		// deprecated site-local, RFC 3879
+		{"fec0::1", true},
+		{"feff:ffff::1", true},
+		// IPv4-translated, RFC 2765 (SIIT): ::ffff:0:a.b.c.d
+		{"::ffff:0:7f00:1", true},
+		{"::ffff:0:a9fe:a9fe", true},
+		{"::ffff:0:808:808", true},
+		// Azure host (wireserver, IMDS proxy, DNS)
+		{"168.63.129.16", true},
+		{"::ffff:168.63.129.16", true},
+		{"168.63.129.15", false},
+		{"168.63.129.17", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			t.Parallel()
+			err := netguard.Policy{}.CheckAddr(netip.MustParseAddr(tt.addr))
+			if tt.blocked {
+				require.ErrorIs(t, err, netguard.ErrBlocked)
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+}

@@ -618,7 +618,8 @@ func TestSealedSecretsDeliverSigned(t *testing.T) {
 	waitReady(t, api, base+"/readyz")
 	tenant := postJSON(t, base+"/v1/tenants", "process-test-token", `{"name": "acme"}`, http.StatusCreated)
 	key := tenant["api_key"].(string)
-	hook := postJSON(t, base+"/v1/webhooks", key, fmt.Sprintf(`{"url": %q, "events": ["*"]}`, rc.URL), http.StatusCreated)
+	hook := postJSON(t, base+"/v1/webhooks", key, fmt.Sprintf(`{"url": %q, "events": ["*"],
+		"headers": {"Authorization": "Bearer endpoint-credential-42"}}`, rc.URL), http.StatusCreated)
 	plain := hook["secret"].(string)
 	startWorker(t, dbURL, topo, keys)
 	postJSON(t, base+"/v1/events", key, `{"event_type": "order.created", "data": {"n": 1}}`, http.StatusAccepted)
@@ -626,6 +627,7 @@ func TestSealedSecretsDeliverSigned(t *testing.T) {
 	case r := <-got:
 		require.NoError(t, signature.VerifyStandard(plain, r.header.Get("Webhook-Id"), r.header.Get("Webhook-Timestamp"),
 			r.header.Get("Webhook-Signature"), r.body, time.Now(), 5*time.Minute), "signed with the secret the api returned")
+		require.Equal(t, "Bearer endpoint-credential-42", r.header.Get("Authorization"), "custom headers are opened for sending")
 	case <-time.After(30 * time.Second):
 		t.Fatal("no delivery within 30s")
 	}
@@ -637,4 +639,5 @@ func TestSealedSecretsDeliverSigned(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT w::text FROM webhooks w`).Scan(&row))
 	require.NotContains(t, row, plain, "the secret is stored sealed")
 	require.NotContains(t, row, strings.TrimPrefix(plain, "whsec_"))
+	require.NotContains(t, row, "endpoint-credential-42", "custom header values are stored sealed")
 }

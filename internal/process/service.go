@@ -65,7 +65,8 @@ func RunService(ctx context.Context, name string, args []string, build Build) er
 			}
 		}()
 	}
-	srv := &http.Server{Addr: cfg.MetricsAddr, Handler: OpsHandler(checks), ReadHeaderTimeout: 10 * time.Second}
+	// /readyz says only which dependency is down; why goes to the log.
+	srv := &http.Server{Addr: cfg.MetricsAddr, Handler: OpsHandler(checks.LogFailures(log)), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving operations endpoints", "addr", cfg.MetricsAddr)
 	err = Serve(ctx, srv, cfg.ShutdownGrace.D())
 	stopParts()

@@ -91,7 +91,7 @@ func TestBuildCreateFillsDefaults(t *testing.T) {
 	}, w.CircuitBreakerConfig)
 	require.Equal(t, RateLimit{RequestsPerMinute: 120, Burst: 7}, w.RateLimit)
 	require.Equal(t, OrderingNone, w.OrderingGuarantee)
-	require.Equal(t, map[string]string{}, w.Headers)
+	require.Equal(t, Headers{}, w.Headers)
 	require.JSONEq(t, `{}`, string(w.Metadata))
 	require.Empty(t, w.PreviousSecret)
 	require.Nil(t, w.PreviousSecretExpiresAt)
@@ -140,7 +140,7 @@ func TestBuildCreateKeepsGivenValues(t *testing.T) {
 	require.Equal(t, standardWebhooksSecret, w.Secret)
 	require.False(t, w.Active)
 	require.Equal(t, OrderingStrict, w.OrderingGuarantee)
-	require.Equal(t, map[string]string{"X-Api-Key": "k\tv", "Authorization": "Bearer t"}, w.Headers)
+	require.Equal(t, Headers{"X-Api-Key": "k\tv", "Authorization": "Bearer t"}, w.Headers)
 	require.Equal(t, `{"team":"ops","tags":[1,2]}`, string(w.Metadata))
 
 	wantRetry := DefaultRetryConfig()
@@ -312,6 +312,13 @@ func TestBuildCreateRefuses(t *testing.T) {
 		{"metadata trailing data", false, metadata(`{"a":1} {"b":2}`), "metadata"},
 		{"metadata empty", false, metadata(``), "metadata"},
 		{"metadata too big", false, metadata(`{"k":"` + strings.Repeat("x", 8192-7) + `"}`), "metadata"},
+		// metadata is jsonb, which refuses what Go's decoder passes.
+		{"metadata NUL escape", false, metadata(`{"k":"a\u0000"}`), "metadata.k"},
+		{"metadata lone surrogate", false, metadata(`{"k":[1,"\ud800"]}`), "metadata.k[1]"},
+		{"metadata not UTF-8", false, metadata("{\"k\":\"caf\xe9\"}"), "metadata.k"},
+		{"metadata NUL in a key", false, metadata(`{"a":{"\u0000":1}}`), "metadata.a"},
+		{"header value not UTF-8", false, header("X-Foo", "caf\xe9"), "headers.X-Foo"},
+		{"url not UTF-8", false, url("https://8.8.8.8/caf\xe9"), "url"},
 
 		{"max_delay below base_delay", false, func(in *Input) {
 			in.RetryConfig = &RetryInput{BaseDelayMS: ptr(int64(5000)), MaxDelayMS: ptr(int64(4999))}

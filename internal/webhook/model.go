@@ -23,17 +23,19 @@ const (
 // serialised by default; responses that may show the secret set it
 // explicitly (see Created).
 type Webhook struct {
-	ID                   uuid.UUID         `json:"id"`
-	TenantID             uuid.UUID         `json:"-"`
-	URL                  string            `json:"url"`
-	Events               []string          `json:"events"`
-	Active               bool              `json:"active"`
-	RetryConfig          RetryConfig       `json:"retry_config"`
-	CircuitBreakerConfig BreakerConfig     `json:"circuit_breaker_config"`
-	RateLimit            RateLimit         `json:"rate_limit"`
-	OrderingGuarantee    string            `json:"ordering_guarantee"`
-	Headers              map[string]string `json:"headers"`
-	Metadata             json.RawMessage   `json:"metadata"`
+	ID                   uuid.UUID     `json:"id"`
+	TenantID             uuid.UUID     `json:"-"`
+	URL                  string        `json:"url"`
+	Events               []string      `json:"events"`
+	Active               bool          `json:"active"`
+	RetryConfig          RetryConfig   `json:"retry_config"`
+	CircuitBreakerConfig BreakerConfig `json:"circuit_breaker_config"`
+	RateLimit            RateLimit     `json:"rate_limit"`
+	OrderingGuarantee    string        `json:"ordering_guarantee"`
+	// Headers hold the real values, which deliveries and verifications
+	// send; JSON shows them masked (see Headers).
+	Headers  Headers         `json:"headers"`
+	Metadata json.RawMessage `json:"metadata"`
 	// Verification is the endpoint verification asked for by verify_url;
 	// nil when none was.
 	Verification *Verification `json:"verification"`
@@ -43,6 +45,42 @@ type Webhook struct {
 	Secret                  string     `json:"-"`
 	PreviousSecret          string     `json:"-"`
 	PreviousSecretExpiresAt *time.Time `json:"-"`
+}
+
+// Headers are a webhook's custom request headers. Their values are often
+// the endpoint's credentials (Authorization, an API key), so they are
+// treated like the signing secret: sealed at rest (see SealHeaders) and
+// never serialised in clear. MarshalJSON masks every value, so that every
+// API and console response, whatever its shape, shows only the masked form;
+// code that sends them ranges over the map.
+type Headers map[string]string
+
+// MarshalJSON writes the header names with masked values (MaskHeaderValue).
+func (h Headers) MarshalJSON() ([]byte, error) {
+	masked := make(map[string]string, len(h))
+	for name, v := range h {
+		masked[name] = MaskHeaderValue(v)
+	}
+	return json.Marshal(masked)
+}
+
+// A masked header value shows maskShown characters of a value of at least
+// maskMinLen characters ("Bear…" for a bearer token), and nothing of a
+// shorter one ("****"), which a few characters would give away.
+const (
+	maskShown  = 4
+	maskMinLen = 12
+	maskShort  = "****"
+)
+
+// MaskHeaderValue is how responses show a header value: its first four
+// characters and "…" when it has at least twelve, "****" otherwise.
+func MaskHeaderValue(v string) string {
+	r := []rune(v)
+	if len(r) < maskMinLen {
+		return maskShort
+	}
+	return string(r[:maskShown]) + "…"
 }
 
 // RetryConfig says how often and how patiently a delivery is retried.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,12 +20,22 @@ import (
 // belongs to another tenant: the three are indistinguishable to a caller.
 var ErrNotFound = errors.New("webhook not found")
 
-// Store reads and writes webhooks in Postgres. Signing secrets are sealed
-// with its keyring before they are written and opened after they are read
-// (see SealSecret).
+// ErrTooMany means the tenant has as many webhooks as it may (Create).
+var ErrTooMany = errors.New("webhook limit reached")
+
+// DefaultMaxPerTenant is how many webhooks a tenant may have when the
+// configuration says nothing (api.max_webhooks_per_tenant).
+const DefaultMaxPerTenant = 1000
+
+// Store reads and writes webhooks in Postgres. Signing secrets and custom
+// header values are sealed with its keyring before they are written and
+// opened after they are read (see SealSecret and SealHeaders).
 type Store struct {
 	pool *pgxpool.Pool
 	keys *secret.Keyring
+	// maxPerTenant bounds a tenant's webhooks: one publish fans out to all
+	// of them inside the shared group commit.
+	maxPerTenant int
 }
 
 // Option adjusts a Store.
@@ -35,9 +46,13 @@ type Option func(*Store)
 // configuration requires keys.
 func WithKeyring(keys *secret.Keyring) Option { return func(s *Store) { s.keys = keys } }
 
+// WithMaxPerTenant bounds the webhooks (not deleted) of one tenant; Create
+// refuses more with ErrTooMany.
+func WithMaxPerTenant(n int) Option { return func(s *Store) { s.maxPerTenant = n } }
+
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, maxPerTenant: DefaultMaxPerTenant}
 	for _, o := range opts {
 		o(s)
 	}
@@ -78,6 +93,10 @@ const (
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
 RETURNING updated_at, verification`
 
+	// lockHeadersSQL reads the stored headers of an update that writes
+	// masked values back, and holds the row until the update.
+	lockHeadersSQL = `SELECT headers FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`
+
 	deleteWebhookSQL = `UPDATE webhooks SET deleted_at = now(), active = false, updated_at = now()
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
 
@@ -98,7 +117,7 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 	w.ID = uuid.Must(uuid.NewV7())
 	w.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	w.UpdatedAt = w.CreatedAt
-	args, err := encodeConfigs(w)
+	args, err := s.encodeConfigs(w)
 	if err != nil {
 		return Webhook{}, err
 	}
@@ -106,14 +125,39 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 	if err != nil {
 		return Webhook{}, err
 	}
-	_, err = s.pool.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
-		sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
-		[]byte(w.Metadata), w.CreatedAt, args.verification)
+	// The count and the insert run under a lock on the tenant, so that
+	// concurrent creates cannot together pass the limit.
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The lock first, in a statement of its own: the count's snapshot
+		// is taken when it starts, after any create that held the lock.
+		if _, err := tx.Exec(ctx, tenantLockSQL, w.TenantID); err != nil {
+			return fmt.Errorf("lock tenant's webhooks: %w", err)
+		}
+		var live int
+		if err := tx.QueryRow(ctx, countLiveSQL, w.TenantID).Scan(&live); err != nil {
+			return fmt.Errorf("count webhooks: %w", err)
+		}
+		if live >= s.maxPerTenant {
+			return fmt.Errorf("%w: a tenant may have %d webhooks", ErrTooMany, s.maxPerTenant)
+		}
+		_, err := tx.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
+			sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
+			[]byte(w.Metadata), w.CreatedAt, args.verification)
+		if err != nil {
+			return fmt.Errorf("insert webhook: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return Webhook{}, fmt.Errorf("insert webhook: %w", err)
+		return Webhook{}, err
 	}
 	return w, nil
 }
+
+const (
+	tenantLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 11))`
+	countLiveSQL  = `SELECT count(*) FROM webhooks WHERE tenant_id = $1 AND deleted_at IS NULL`
+)
 
 // Get returns the tenant's webhook id.
 func (s *Store) Get(ctx context.Context, tenantID, id uuid.UUID) (Webhook, error) {
@@ -156,9 +200,42 @@ func (s *Store) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]W
 	return out, nil
 }
 
-// Update stores every settable field of w.
+// Update stores every settable field of w. A header value given exactly
+// as responses show the stored one (MaskHeaderValue) keeps the stored
+// value, so that a client can write back what it read; the stored row is
+// locked meanwhile, so that the value kept is the one the mask was of.
 func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
-	args, err := encodeConfigs(w)
+	if !anyMasked(w.Headers) {
+		return s.update(ctx, s.pool, w)
+	}
+	var out Webhook
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var column []byte
+		err := tx.QueryRow(ctx, lockHeadersSQL, w.ID, w.TenantID).Scan(&column)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("update webhook %s: %w", w.ID, err)
+		}
+		stored, err := OpenHeaders(s.keys, w.ID, column)
+		if err != nil {
+			return err
+		}
+		w.Headers = keepMasked(w.Headers, stored)
+		out, err = s.update(ctx, tx, w)
+		return err
+	})
+	return out, err
+}
+
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, error) {
+	args, err := s.encodeConfigs(w)
 	if err != nil {
 		return Webhook{}, err
 	}
@@ -166,7 +243,7 @@ func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
 	// verified or failed one is what the webhook had, and stays as stored.
 	restart := w.Verification == nil || w.Verification.State == VerificationPending
 	var stored []byte
-	err = s.pool.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
+	err = q.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 		args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers, []byte(w.Metadata),
 		restart, args.verification,
 	).Scan(&w.UpdatedAt, &stored)
@@ -180,6 +257,29 @@ func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
 		return Webhook{}, fmt.Errorf("update webhook %s: %w", w.ID, err)
 	}
 	return w, nil
+}
+
+// anyMasked reports whether a header value has the form of a masked one.
+func anyMasked(h Headers) bool {
+	for _, v := range h {
+		if v == maskShort || strings.HasSuffix(v, "…") {
+			return true
+		}
+	}
+	return false
+}
+
+// keepMasked returns h with every value that is the mask of the stored
+// value of the same name replaced by the stored value.
+func keepMasked(h Headers, stored map[string]string) Headers {
+	out := make(Headers, len(h))
+	for name, v := range h {
+		if old, ok := stored[name]; ok && v == MaskHeaderValue(old) {
+			v = old
+		}
+		out[name] = v
+	}
+	return out
 }
 
 // Delete removes the webhook from view and cancels its unfinished
@@ -236,7 +336,8 @@ type encodedConfigs struct {
 	verification []byte
 }
 
-func encodeConfigs(w Webhook) (encodedConfigs, error) {
+// encodeConfigs encodes the JSON columns of w, its headers sealed.
+func (s *Store) encodeConfigs(w Webhook) (encodedConfigs, error) {
 	var e encodedConfigs
 	var err error
 	if e.retry, err = json.Marshal(w.RetryConfig); err != nil {
@@ -248,7 +349,11 @@ func encodeConfigs(w Webhook) (encodedConfigs, error) {
 	if e.rate, err = json.Marshal(w.RateLimit); err != nil {
 		return e, fmt.Errorf("encode rate limit: %w", err)
 	}
-	if e.headers, err = json.Marshal(w.Headers); err != nil {
+	sealed, err := SealHeaders(s.keys, w.ID, w.Headers)
+	if err != nil {
+		return e, err
+	}
+	if e.headers, err = json.Marshal(sealed); err != nil {
 		return e, fmt.Errorf("encode headers: %w", err)
 	}
 	if w.Verification != nil {
@@ -259,10 +364,13 @@ func encodeConfigs(w Webhook) (encodedConfigs, error) {
 	return e, nil
 }
 
-// scan reads a webhook row and opens its secrets.
+// scan reads a webhook row and opens its secrets and headers.
 func (s *Store) scan(row pgx.Row) (Webhook, error) {
 	w, err := scanWebhook(row)
 	if err != nil {
+		return Webhook{}, err
+	}
+	if w.Headers, err = openHeaders(s.keys, w.ID, w.Headers); err != nil {
 		return Webhook{}, err
 	}
 	if w.Secret, err = OpenSecret(s.keys, w.ID, w.Secret); err != nil {
