@@ -103,7 +103,14 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 func TestABurstQueuesForItsHostInTheWorker(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, func(o *options) { o.workers = 32 })
-	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) { time.Sleep(20 * time.Millisecond) })
+	// An endpoint that takes 20 ms to answer: 40 deliveries need its 5
+	// connections for a while.
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+	})
 	s.webhook(rc.URL, map[string]any{"rate_limit": map[string]any{"requests_per_minute": 100000, "burst": 1000}})
 	const n = 40
 	for i := range n {
