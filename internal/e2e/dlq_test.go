@@ -336,3 +336,20 @@ func TestCircuitNotifications(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return len(types()) == 2 }, "the circuit_recovered notification")
 	require.Equal(t, []string{"webhook.circuit_opened", "webhook.circuit_recovered"}, types())
 }
+
+// A batch retry of an ordered webhook's exhausted deliveries gives each
+// retry the webhook's order key, so the retries go one at a time, in event
+// order, like any other deliveries of that key.
+func TestBatchRetryKeepsTheOrderKey(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.unlimited()
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	hook := s.fastHook(rc.URL, map[string]any{"ordering_guarantee": "strict"})
+	s.seedExhausted(hook, 3, "order.updated", "server_error")
+	id := s.startBatch(map[string]any{"webhook_ids": []string{hook}}, 100)
+	eventually(t, 20*time.Second, func() bool { return s.batch(id).State == "completed" }, "the batch to complete")
+	require.Equal(t, 3, s.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
+	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL AND order_key IS DISTINCT FROM $1`, hook),
+		"every retry carries the strict webhook's order key")
+}
