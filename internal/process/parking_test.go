@@ -87,5 +87,8 @@ func TestParkedDeliveriesSurviveAWorkerKill(t *testing.T) {
 		require.GreaterOrEqual(t, arrivals[i].Sub(arrivals[0]), time.Duration(i)*500*time.Millisecond-150*time.Millisecond,
 			"arrival %d came before its slot", i)
 	}
-	require.Zero(t, count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`), "each delivery waited once")
+	// Each waited once, or twice when the kill left its message
+	// unacknowledged and the redelivered copy was put off again: never
+	// more (no spinning).
+	require.Zero(t, count(`SELECT count(*) FROM deliveries WHERE postponed_count > 2`), "a delivery was put off again and again")
 }
