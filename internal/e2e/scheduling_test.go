@@ -167,3 +167,24 @@ func TestAHangingTenantLeavesRoomForAnother(t *testing.T) {
 		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'tenant_share'`) > 0
 	}, "the noisy tenant's other deliveries to wait in Postgres, not in the queue")
 }
+
+// A delivery of a paused webhook waits parked; enabling the webhook
+// releases it at once rather than at the end of its minute. (Publishing
+// fans out to active webhooks only, so the parked delivery is set up as a
+// worker leaves one that met its webhook paused.)
+func TestEnablingAWebhookReleasesItsParkedDeliveries(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	id, _ := s.webhook(rc.URL, map[string]any{"active": false})
+	var d uuid.UUID
+	require.NoError(t, s.pool.QueryRow(context.Background(), `WITH ev AS (
+    INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+    VALUES (uuidv7(), $1, 'order.created', 'paused-1', '\x00', 'normal', '{"n":1}') RETURNING id, tenant_id, created_at)
+INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, parked_at, park_reason, next_attempt_at, created_at)
+SELECT uuidv7(), tenant_id, id, $2, 'normal', now(), 'inactive', now() + interval '1 minute', created_at FROM ev
+RETURNING id`, s.tenantID, id).Scan(&d))
+	s.call("PATCH", "/v1/webhooks/"+id, s.key, map[string]any{"active": true}, http.StatusOK, nil)
+	s.waitStatus(d, "succeeded", 15*time.Second)
+	require.Len(t, rc.requests(), 1)
+}

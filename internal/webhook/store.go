@@ -205,6 +205,25 @@ func (s *Store) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]W
 // value, so that a client can write back what it read; the stored row is
 // locked meanwhile, so that the value kept is the one the mask was of.
 func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
+	out, err := s.updateKeepingHeaders(ctx, w)
+	if err == nil && out.Active {
+		// Deliveries parked while the webhook was paused (or awaiting
+		// verification) are looked at now instead of at the end of their
+		// minute; the worker parks them again if they still cannot go.
+		if _, rerr := s.pool.Exec(ctx, releaseWaitingSQL, out.ID); rerr != nil {
+			return out, fmt.Errorf("release deliveries of webhook %s: %w", out.ID, rerr)
+		}
+	}
+	return out, err
+}
+
+// releaseWaitingSQL makes the deliveries parked for a paused or unverified
+// webhook due now (see package schedule: the wakers publish released ones
+// at once).
+const releaseWaitingSQL = `UPDATE deliveries SET park_reason = 'released', next_attempt_at = now(), updated_at = now()
+WHERE webhook_id = $1 AND park_reason IN ('inactive', 'unverified') AND status IN ('pending', 'retrying')`
+
+func (s *Store) updateKeepingHeaders(ctx context.Context, w Webhook) (Webhook, error) {
 	if !anyMasked(w.Headers) {
 		return s.update(ctx, s.pool, w)
 	}
