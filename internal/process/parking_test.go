@@ -21,19 +21,23 @@ import (
 
 // A worker killed with SIGKILL while deliveries wait parked in Postgres
 // (each for its own rate-limit slot) loses none of them: another worker's
-// waker publishes each at its time, and each is delivered once, none
-// before its slot.
+// waker publishes each at its time, and each is delivered (once, or twice
+// if the kill cut its attempt off after the endpoint got it), none before
+// its slot.
 func TestParkedDeliveriesSurviveAWorkerKill(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	var arrivals []time.Time
+	first := map[string]time.Time{} // each delivery's first arrival
 	byDelivery := map[string]int{}
 	rc := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		mu.Lock()
 		defer mu.Unlock()
-		arrivals = append(arrivals, time.Now())
-		byDelivery[r.Header.Get("X-Webhook-Delivery")]++
+		id := r.Header.Get("X-Webhook-Delivery")
+		if _, ok := first[id]; !ok {
+			first[id] = time.Now()
+		}
+		byDelivery[id]++
 	}))
 	defer rc.Close()
 	dbURL := dbtest.NewURL(t, false)
@@ -75,9 +79,15 @@ func TestParkedDeliveriesSurviveAWorkerKill(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.Len(t, byDelivery, n)
+	require.Len(t, byDelivery, n, "every delivery arrived")
 	for id, times := range byDelivery {
-		require.Equal(t, 1, times, "delivery %s sent more than once", id)
+		// Once, or twice for an attempt the kill cut off after the
+		// endpoint got it (at least once).
+		require.LessOrEqual(t, times, 2, "delivery %s sent again and again", id)
+	}
+	arrivals := make([]time.Time, 0, len(first))
+	for _, at := range first {
+		arrivals = append(arrivals, at)
 	}
 	sort.Slice(arrivals, func(i, j int) bool { return arrivals[i].Before(arrivals[j]) })
 	// Each delivery goes no earlier than its own slot, 500 ms after the one
