@@ -13,14 +13,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/hookline/hookline/internal/endpoint"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/retry"
 )
@@ -35,18 +33,10 @@ const (
 )
 
 // What the client reads of an answer is bounded, whatever the endpoint
-// sends: the status line and headers (HTTP/1, and HTTP/2's header list) to
-// maxResponseHeaderBytes, the body to SampleBytes. Go's default header
-// limit, 10 MB, let ten endpoints answering 9 MiB of headers take a worker
-// from 21 MB to 722 MB. HTTP/2 also buffers body data the endpoint sends
-// ahead of our reads, up to its receive windows (Go's defaults: 4 MiB a
-// stream, 1 GiB a connection); ours let a stream run 64 KiB ahead, ample
-// for a 1 KiB sample.
-const (
-	maxResponseHeaderBytes = 64 << 10
-	h2StreamWindow         = 64 << 10
-	h2ConnWindow           = 1 << 20
-)
+// sends: the headers and HTTP/2's read-ahead per stream as package
+// endpoint says, the body to SampleBytes, and HTTP/2's read-ahead per
+// connection to h2ConnWindow (Go's default: 1 GiB).
+const h2ConnWindow = 1 << 20
 
 // SenderConfig tunes the shared HTTP client.
 type SenderConfig struct {
@@ -80,9 +70,9 @@ func NewSender(cfg SenderConfig, policy netguard.Policy) *Sender {
 		IdleConnTimeout:        90 * time.Second,
 		ExpectContinueTimeout:  time.Second,
 		ForceAttemptHTTP2:      true,
-		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+		MaxResponseHeaderBytes: endpoint.MaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
-			MaxReceiveBufferPerStream:     h2StreamWindow,
+			MaxReceiveBufferPerStream:     endpoint.H2StreamWindow,
 			MaxReceiveBufferPerConnection: h2ConnWindow,
 		},
 	}
@@ -151,11 +141,11 @@ func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 	req.Header.Set("User-Agent", s.ua)
 	var reached atomic.Bool
 	start := time.Now()
-	res, err := s.client.Do(withReachedTrace(req, &reached))
+	res, err := s.client.Do(endpoint.TraceReached(req, &reached))
 	if err != nil {
 		out := Response{Category: classify(ctx, err), Error: sanitize(err.Error()), Duration: time.Since(start)}
 		if reached.Load() && unreadable(out.Category, err) {
-			out.Category, out.Error = retry.ServerError, unreadableResponse+sanitize(cause(err))
+			out.Category, out.Error = retry.ServerError, unreadableResponse+sanitize(endpoint.Cause(err))
 		}
 		return out, nil
 	}
@@ -218,41 +208,13 @@ func classify(ctx context.Context, err error) retry.Category {
 // the network's failure.
 const unreadableResponse = "unreadable response (headers over 64 KiB, or not valid HTTP): "
 
-// withReachedTrace sets reached once the request is written or the first
-// byte of an answer is read, so that an answer that could not be read is
-// told from no answer. It sets no Got1xxResponse: without one, the headers
-// of informational responses count against the same limit as the final
-// one's.
-func withReachedTrace(req *http.Request, reached *atomic.Bool) *http.Request {
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				reached.Store(true)
-			}
-		},
-		GotFirstResponseByte: func() { reached.Store(true) },
-	}))
-}
-
 // unreadable reports whether a request that reached its endpoint (and got
 // category cat) failed on what the endpoint sent rather than on the
 // connection: the connection did not break or time out, so the client
 // refused the answer (an HTTP/2 header block over the limit is a
 // connection error of the protocol, not of the network).
 func unreadable(cat retry.Category, err error) bool {
-	var opErr *net.OpError
-	return cat == retry.Network && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) &&
-		!errors.As(err, &opErr) && !errors.Is(err, syscall.ECONNRESET)
-}
-
-// cause is the innermost message of a client error, without the method
-// and URL the client puts around it.
-func cause(err error) string {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		return urlErr.Err.Error()
-	}
-	return err.Error()
+	return cat == retry.Network && !endpoint.BrokenConnection(err)
 }
 
 func keepHeaders(h http.Header) map[string]string {

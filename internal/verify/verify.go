@@ -25,16 +25,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
+	answers "github.com/hookline/hookline/internal/endpoint"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/signature"
 	"github.com/hookline/hookline/internal/webhook"
@@ -53,16 +51,6 @@ const sampleBytes = 1024
 
 // quotedBytes is how much of the answer a failure quotes.
 const quotedBytes = 200
-
-// What the checker reads of an answer is bounded, whatever the endpoint
-// sends, as for deliveries: the status line and headers to
-// maxHeaderBytes (Go's default is 10 MB), the body to sampleBytes, and the
-// body data HTTP/2 buffers ahead of our reads to h2Window (Go's default:
-// 4 MiB a stream).
-const (
-	maxHeaderBytes = 64 << 10
-	h2Window       = 64 << 10
-)
 
 // Config sets up a Checker.
 type Config struct {
@@ -95,8 +83,8 @@ func New(cfg Config) *Checker {
 		TLSHandshakeTimeout:    cfg.Timeout,
 		DisableKeepAlives:      true,
 		ForceAttemptHTTP2:      true,
-		MaxResponseHeaderBytes: maxHeaderBytes,
-		HTTP2:                  &http.HTTP2Config{MaxReceiveBufferPerStream: h2Window, MaxReceiveBufferPerConnection: h2Window},
+		MaxResponseHeaderBytes: answers.MaxHeaderBytes, // as for deliveries (package endpoint)
+		HTTP2:                  &http.HTTP2Config{MaxReceiveBufferPerStream: answers.H2StreamWindow, MaxReceiveBufferPerConnection: answers.H2StreamWindow},
 	}
 	return &Checker{
 		client: &http.Client{
@@ -154,7 +142,7 @@ func (c *Checker) Check(ctx context.Context, w webhook.Webhook) (Result, error) 
 	}
 	req.Header = h
 	var reached atomic.Bool
-	res, err := c.client.Do(withReachedTrace(req, &reached))
+	res, err := c.client.Do(answers.TraceReached(req, &reached))
 	if err != nil {
 		if parent.Err() != nil {
 			return Result{}, fmt.Errorf("check of webhook %s cut off: %w", w.ID, parent.Err())
@@ -207,44 +195,10 @@ func (c *Checker) noAnswer(ctx context.Context, err error, reached bool) string 
 		return fmt.Sprintf("no answer within %s", c.timeout)
 	case errors.As(err, &dnsErr):
 		return "the endpoint's host name does not resolve: " + dnsErr.Error()
-	case reached && !brokenConnection(err):
-		return "the endpoint's answer could not be read (headers over 64 KiB, or not valid HTTP): " + cause(err)
+	case reached && !answers.BrokenConnection(err):
+		return "the endpoint's answer could not be read (headers over 64 KiB, or not valid HTTP): " + answers.Cause(err)
 	}
-	return "the request failed: " + cause(err)
-}
-
-// withReachedTrace sets reached once the request is written or the first
-// byte of an answer is read, so that an answer that could not be read is
-// told from no answer. It sets no Got1xxResponse: without one, the headers
-// of informational responses count against the same limit as the final
-// one's.
-func withReachedTrace(req *http.Request, reached *atomic.Bool) *http.Request {
-	return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				reached.Store(true)
-			}
-		},
-		GotFirstResponseByte: func() { reached.Store(true) },
-	}))
-}
-
-// brokenConnection reports whether err is the connection breaking (closed,
-// reset or failed underneath) rather than the client refusing an answer.
-func brokenConnection(err error) bool {
-	var opErr *net.OpError
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &opErr) ||
-		errors.Is(err, syscall.ECONNRESET)
-}
-
-// cause is the innermost message of a client error, without the method
-// and URL the client puts around it.
-func cause(err error) string {
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		return urlErr.Err.Error()
-	}
-	return err.Error()
+	return "the request failed: " + answers.Cause(err)
 }
 
 // judge returns what is wrong with an answer, or "" when it is a 2xx that
