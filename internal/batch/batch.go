@@ -1,15 +1,18 @@
 // Package batch runs many small concurrent requests as few large ones: the
 // group commit behind the publish path and the worker's attempt log.
 // Several runner goroutines each take every request waiting (up to a
-// maximum) and run them with one call; at low load a batch is one request
-// and nothing waits for a window, under load batches grow while the
-// previous ones run.
+// maximum) and run them with one call; under load batches grow while the
+// previous ones run. Without a window a batch at low load is one request
+// and nothing waits; with one (Window), one runner at a time collects a
+// batch for up to that long after its first request, so that batches
+// fill at moderate load too, at the cost of that wait.
 package batch
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Func runs a batch and returns one result per input, in order.
@@ -21,6 +24,9 @@ type Batcher[In, Out any] struct {
 	in      chan *call[In, Out]
 	max     int
 	workers int
+	window  time.Duration
+	// collecting is held by the runner collecting a batch (with a window).
+	collecting chan struct{}
 }
 
 type call[In, Out any] struct {
@@ -37,7 +43,16 @@ var ErrStopped = errors.New("batcher stopped")
 // New returns a batcher running fn on at most maxBatch requests at once,
 // with workers batches in flight.
 func New[In, Out any](fn Func[In, Out], maxBatch, workers int) *Batcher[In, Out] {
-	return &Batcher[In, Out]{fn: fn, in: make(chan *call[In, Out], maxBatch*workers*4), max: maxBatch, workers: workers}
+	return &Batcher[In, Out]{fn: fn, in: make(chan *call[In, Out], maxBatch*workers*4), max: maxBatch, workers: workers,
+		collecting: make(chan struct{}, 1)}
+}
+
+// Window makes a batch wait up to d after its first request for others to
+// join it (until the batch is full), one runner collecting at a time while
+// the others run the batches collected before. Call it before Run.
+func (b *Batcher[In, Out]) Window(d time.Duration) *Batcher[In, Out] {
+	b.window = d
+	return b
 }
 
 // Do queues one request and waits for its result. If ctx ends first the
@@ -78,29 +93,64 @@ func (b *Batcher[In, Out]) Run(ctx context.Context) error {
 func (b *Batcher[In, Out]) loop(ctx context.Context) {
 	batch := make([]*call[In, Out], 0, b.max)
 	runCtx := context.WithoutCancel(ctx)
+	var timer *time.Timer
+	if b.window > 0 {
+		timer = time.NewTimer(b.window)
+		timer.Stop()
+	}
 	for {
+		if b.window > 0 {
+			b.collecting <- struct{}{}
+		}
+		batch = b.collect(ctx, batch[:0], timer)
+		if b.window > 0 {
+			<-b.collecting
+		}
+		if len(batch) == 0 {
+			return
+		}
+		b.run(runCtx, batch)
+	}
+}
+
+// collect waits for a first request (none: ctx ended and nothing is
+// waiting), then takes those waiting, or those arriving within the window.
+func (b *Batcher[In, Out]) collect(ctx context.Context, batch []*call[In, Out], timer *time.Timer) []*call[In, Out] {
+	select {
+	case c := <-b.in:
+		batch = append(batch, c)
+	case <-ctx.Done():
 		select {
 		case c := <-b.in:
-			batch = append(batch[:0], c)
-		case <-ctx.Done():
-			select {
-			case c := <-b.in:
-				batch = append(batch[:0], c)
-			default:
-				return
-			}
+			batch = append(batch, c)
+		default:
+			return batch
 		}
-	fill:
+	}
+	if timer == nil || ctx.Err() != nil {
 		for len(batch) < b.max {
 			select {
 			case c := <-b.in:
 				batch = append(batch, c)
 			default:
-				break fill
+				return batch
 			}
 		}
-		b.run(runCtx, batch)
+		return batch
 	}
+	timer.Reset(b.window)
+	defer timer.Stop()
+	for len(batch) < b.max {
+		select {
+		case c := <-b.in:
+			batch = append(batch, c)
+		case <-timer.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
 }
 
 // run executes a batch; when it fails as a whole, each request is retried

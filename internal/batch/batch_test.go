@@ -110,3 +110,61 @@ func TestRunDrainsBeforeReturning(t *testing.T) {
 		require.Equal(t, i, c.out)
 	}
 }
+
+func TestWindowCollectsRequestsArrivingOneAfterAnother(t *testing.T) {
+	t.Parallel()
+	var sizes []int
+	var mu sync.Mutex
+	// A window far longer than the test and a batch of three: the batch
+	// runs only once it is full, however far apart its requests come, and
+	// the idle runners take none of them meanwhile.
+	b := New(func(_ context.Context, in []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(in))
+		mu.Unlock()
+		return in, nil
+	}, 3, 4).Window(time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := b.Do(context.Background(), i)
+			require.NoError(t, err)
+			require.Equal(t, i, out)
+		}()
+		// The next request is sent only once this one was taken.
+		require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
+	}
+	wg.Wait()
+	require.Equal(t, []int{3}, sizes)
+	cancel()
+	<-done
+}
+
+func TestWindowEndsAPartialBatch(t *testing.T) {
+	t.Parallel()
+	b := New(func(_ context.Context, in []int) ([]int, error) { return in, nil }, 100, 2).Window(5 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	out, err := b.Do(context.Background(), 7)
+	require.NoError(t, err)
+	require.Equal(t, 7, out)
+	cancel()
+	<-done
+}
+
+func TestWindowStopsWhenContextEnds(t *testing.T) {
+	t.Parallel()
+	b := New(func(_ context.Context, in []int) ([]int, error) { return in, nil }, 100, 3).Window(time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	cancel()
+	<-done
+}

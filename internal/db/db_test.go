@@ -173,3 +173,52 @@ func TestEnsurePartitionsSkipsDaysInTheDefaultPartition(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'delivery_attempts'::regclass`).Scan(&partitions))
 	require.Greater(t, partitions, 20, "the other days got their partitions")
 }
+
+func TestAnalyzeStaleAnalyzesNewAndChangedTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+
+	// A new database: every table is analyzed once, then none is stale.
+	first, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.Contains(t, first, "public.deliveries")
+	again, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, again)
+
+	// Changes beyond the threshold make a table stale; the statistics
+	// then count its rows.
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'analyze-' || g, 60, 10, 10, 10 FROM generate_series(1, 200) g`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+	require.NoError(t, err)
+	stale, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, []string{"public.tenants"}, stale)
+	var tuples float64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'tenants'::regclass`).Scan(&tuples))
+	require.EqualValues(t, 200, tuples)
+}
+
+func TestAnalyzeStaleLeavesTheWorkToTheProcessHoldingTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock(x'686c616e6c7a'::bigint)`)
+	require.NoError(t, err)
+	tables, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, tables)
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock(x'686c616e6c7a'::bigint)`)
+	require.NoError(t, err)
+	tables, err = db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, tables)
+}

@@ -59,6 +59,9 @@ type job struct {
 // store is the worker's SQL.
 type store struct {
 	pool *pgxpool.Pool
+	// hot runs the batched statements of every delivery (load, attempt
+	// record, parking, enqueue mark) from generic plans (db.GenericPlans).
+	hot *pgxpool.Pool
 	// keys open the webhook secrets sealed at rest; nil when none are
 	// configured (secrets stored in clear, development and tests).
 	keys *secret.Keyring
@@ -85,13 +88,12 @@ JOIN tenants t ON t.id = d.tenant_id
 LEFT JOIN circuit_breaker_states c ON c.webhook_id = d.webhook_id
 WHERE d.id = ANY($1)`
 
-// The worker's statements on deliveries (this load, the attempt record and
-// the enqueue mark) find their rows by id = ANY($1) and run with
-// pgx.QueryExecModeCacheDescribe: planned at each execution, never from a
-// cached generic plan. A generic plan is made once, from the statistics of
-// the moment; made while the table was small (a new database), it scans
-// the whole table, and keeps doing so on every call as the table grows
-// until the next ANALYZE.
+// The worker's statements are prepared once per connection and usually run
+// from a generic plan, made from the statistics of the moment: made while
+// a table was small (a new database) it may scan the table, and it would
+// keep doing so as the table grows if nothing analyzed it. The worker's
+// analyzer (db.RunAnalyzer) keeps the statistics current, and a new
+// analysis replaces the plans.
 
 // loadResult is a job or errGone.
 type loadResult struct {
@@ -102,7 +104,7 @@ type loadResult struct {
 // loadBatch loads the jobs of several deliveries with one query; the
 // secrets are those active at the time of loading.
 func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, error) {
-	rows, err := s.pool.Query(ctx, loadJobsSQL, pgx.QueryExecModeCacheDescribe, ids)
+	rows, err := s.hot.Query(ctx, loadJobsSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d deliveries: %w", len(ids), err)
 	}
@@ -287,7 +289,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 		}
 		headers[i] = string(h)
 	}
-	rows, err := s.pool.Query(ctx, recordSQL, pgx.QueryExecModeCacheDescribe, ids, created, numbers, tenants, codes, categories, errs,
+	rows, err := s.hot.Query(ctx, recordSQL, ids, created, numbers, tenants, codes, categories, errs,
 		durations, statuses, headers, samples, next, hooks, scheduled, executed, parks)
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
@@ -310,7 +312,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 // markScheduled records that the message for attempt attempts+1 is
 // confirmed by the broker (see wire.MarkEnqueuedSQL).
 func (s *store) markScheduled(ctx context.Context, id uuid.UUID, attempts int) error {
-	_, err := s.pool.Exec(ctx, wire.MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, []uuid.UUID{id}, attempts)
+	_, err := s.hot.Exec(ctx, wire.MarkEnqueuedSQL, []uuid.UUID{id}, attempts)
 	return err
 }
 

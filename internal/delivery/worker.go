@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hookline/hookline/internal/batch"
+	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/retry"
@@ -71,12 +72,17 @@ type Worker struct {
 // NewWorker returns a worker. guard may be nil: no circuit breaker and no
 // rate limits (benchmarks of the bare pipeline).
 func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, log *slog.Logger) *Worker {
-	st := &store{pool: pool}
-	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers),
-		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers),
+	st := &store{pool: pool, hot: pool}
+	if hot, err := db.GenericPlans(pool, hotConns); err == nil {
+		st.hot = hot
+	} else {
+		log.Warn("hot-path statements planned at each execution", "error", err)
+	}
+	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers).Window(loadWindow),
+		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers).Window(recordWindow),
 		parks: batch.New(func(ctx context.Context, ps []schedule.Parking) ([]bool, error) {
-			return schedule.Park(ctx, pool, ps)
-		}, recordBatchSize, recordWorkers),
+			return schedule.Park(ctx, st.hot, ps)
+		}, recordBatchSize, recordWorkers).Window(recordWindow),
 		sender: sender, guard: guard, pub: pub, waker: schedule.NewWaker(pool, pub, log),
 		log: log, now: time.Now, rnd: rand.Float64}
 }
@@ -93,23 +99,38 @@ func (w *Worker) WithGate(g *schedule.Gate) *Worker {
 const (
 	recordBatchSize = 128
 	recordWorkers   = 4
+	// hotConns: one connection per batch runner (loads, records, parks)
+	// and a few for the enqueue marks.
+	hotConns = 3*recordWorkers + 4
+	// A load waits up to loadWindow for others to share its statement,
+	// and an attempt record (or a parking) up to recordWindow: the load
+	// is on the way to the endpoint, the record only holds the message's
+	// acknowledgement.
+	loadWindow   = time.Millisecond
+	recordWindow = 5 * time.Millisecond
 )
 
 // Serve runs consume (the queue consumer calling Handle) with the worker's
 // loader and attempt recorder around it: they start first and stop only
 // after consume has returned, so that attempts finishing during shutdown
-// are still recorded. The waker of parked deliveries runs beside them.
+// are still recorded. The waker of parked deliveries runs beside them, and
+// so does the analyzer that keeps the plans of the worker's prepared
+// statements fit for the tables' sizes (see db.RunAnalyzer).
 func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
 	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 4)
+	done := make(chan struct{}, 5)
 	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.records.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.parks.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.waker.Run(ctx); done <- struct{}{} }()
+	go func() { _ = db.RunAnalyzer(ctx, w.store.pool, w.log); done <- struct{}{} }()
 	err := consume(ctx)
 	stop()
-	for range 4 {
+	for range 5 {
 		<-done
+	}
+	if w.store.hot != w.store.pool {
+		w.store.hot.Close()
 	}
 	return err
 }

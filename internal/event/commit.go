@@ -37,11 +37,14 @@ type committer struct {
 const (
 	maxCommitBatch = 256
 	commitWorkers  = 4
+	// commitWindow is how long a commit waits for other events to share
+	// it: fewer, larger commits, each a fraction of a millisecond later.
+	commitWindow = 2 * time.Millisecond
 )
 
 func newCommitter(pool *pgxpool.Pool) *committer {
 	c := &committer{pool: pool}
-	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers)
+	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers).Window(commitWindow)
 	return c
 }
 

@@ -66,8 +66,8 @@ const HeaderReservedAt = "x-reserved-at"
 // waker publishes the delivery at its time. A waker's claim holds the row
 // until its transaction ends, and the update then looks again, so a
 // woken delivery can be parked anew. Rows are
-// found by id = ANY($1) and the statement is planned at each execution
-// (see the worker's statements in package delivery), and they are written
+// found by id = ANY($1), a primary key lookup in any plan made from
+// current statistics (see db.RunAnalyzer), and they are written
 // in id order, as the worker's attempt records are, so that the two never
 // deadlock.
 const parkSQL = `UPDATE deliveries d SET parked_at = now(), park_reason = i.reason, next_attempt_at = i.until,
@@ -104,7 +104,7 @@ func Park(ctx context.Context, db querier, ps []Parking) ([]bool, error) {
 	for i, p := range sorted {
 		ids[i], reasons[i], until[i], attempts[i] = p.DeliveryID, string(p.Reason), p.Until, int32(p.Attempt-1)
 	}
-	rows, err := db.Query(ctx, parkSQL, pgx.QueryExecModeCacheDescribe, ids, reasons, until, attempts)
+	rows, err := db.Query(ctx, parkSQL, ids, reasons, until, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("park %d deliveries: %w", len(ps), err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -20,11 +19,9 @@ import (
 // would put the mark and a worker's batch of attempt records in each
 // other's way, a deadlock that Postgres breaks only after a second.
 //
-// The rows are found by id = ANY($1) alone, and MarkEnqueued plans the
-// statement at each execution (pgx.QueryExecModeCacheDescribe), so that
-// the plan is a primary key lookup per id, never a scan of the table (a
-// generic plan made while the table was small) nor a join rescanning the
-// array.
+// The rows are found by id = ANY($1) alone, a primary key lookup per id
+// (not a join rescanning the array) in every plan made from current
+// statistics (see db.RunAnalyzer).
 const MarkEnqueuedSQL = `WITH locked AS (
     SELECT id FROM deliveries
     WHERE id = ANY($1::uuid[]) AND attempt_count = $2
@@ -41,7 +38,7 @@ func MarkEnqueued(ctx context.Context, db execer, tasks []Task) error {
 		byAttempts[t.Attempt-1] = append(byAttempts[t.Attempt-1], t.DeliveryID)
 	}
 	for attempts, ids := range byAttempts {
-		if _, err := db.Exec(ctx, MarkEnqueuedSQL, pgx.QueryExecModeCacheDescribe, ids, attempts); err != nil {
+		if _, err := db.Exec(ctx, MarkEnqueuedSQL, ids, attempts); err != nil {
 			return fmt.Errorf("mark %d deliveries enqueued: %w", len(ids), err)
 		}
 	}

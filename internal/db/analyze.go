@@ -1,0 +1,118 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The delivery path runs its statements as prepared statements, which
+// Postgres plans once per connection from the statistics of the moment
+// (a generic plan) instead of at every execution. A plan made while a
+// table was small may scan it whole; it is replaced when the table's
+// statistics change, that is when the table is analyzed. Postgres's
+// autovacuum does that, but a deployment may run without it (and a
+// benchmark or test database starts empty and grows fast), so hookline
+// analyzes its own tables: those never analyzed, and those changed by
+// more than analyzeBase rows plus analyzeScale of their size since their
+// last analysis (autovacuum's default thresholds). A table's plans are
+// then at most that far out of date.
+const (
+	analyzeBase  = 50
+	analyzeScale = 0.1
+	// AnalyzeEvery is how often RunAnalyzer looks for stale statistics.
+	AnalyzeEvery = 5 * time.Second
+)
+
+// analyzeLock keeps two processes from analyzing at the same time: one
+// is enough, and the other finds nothing stale afterwards.
+const analyzeLock = 0x686c_616e_6c7a // "hlanlz"
+
+const staleTablesSQL = `SELECT quote_ident(s.schemaname) || '.' || quote_ident(s.relname)
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = current_schema() AND c.relkind = 'r'
+  AND (c.reltuples < 0 OR s.n_mod_since_analyze > $1 + $2 * c.reltuples)
+ORDER BY s.n_mod_since_analyze DESC`
+
+// AnalyzeStale analyzes the tables of the current schema whose statistics
+// are missing or stale (see analyzeBase) and returns their names. When
+// another process is analyzing it returns at once with none.
+func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("analyze: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(analyzeLock)).Scan(&locked); err != nil {
+		return nil, fmt.Errorf("analyze lock: %w", err)
+	}
+	if !locked {
+		return nil, nil
+	}
+	defer func() {
+		// A connection whose unlock failed is closed, and its lock with it.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(analyzeLock)); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	rows, err := conn.Query(ctx, staleTablesSQL, analyzeBase, analyzeScale)
+	if err != nil {
+		return nil, fmt.Errorf("find stale statistics: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find stale statistics: %w", err)
+	}
+	for i, t := range tables {
+		if _, err := conn.Exec(ctx, "ANALYZE "+t); err != nil {
+			return tables[:i], fmt.Errorf("analyze %s: %w", t, err)
+		}
+	}
+	return tables, nil
+}
+
+// RunAnalyzer calls AnalyzeStale at once and then every AnalyzeEvery until
+// ctx ends.
+func RunAnalyzer(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	tick := time.NewTicker(AnalyzeEvery)
+	defer tick.Stop()
+	for {
+		tables, err := AnalyzeStale(ctx, pool)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("table statistics not refreshed", "error", err)
+		case len(tables) > 0:
+			log.Debug("table statistics refreshed", "tables", tables)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// GenericPlans returns a second pool on pool's database, of at most
+// maxConns connections, whose prepared statements always run from their
+// generic plan (plan_cache_mode = force_generic_plan): planned once per
+// connection, and again only after the tables' statistics change (see
+// RunAnalyzer). It is for the few statements of a hot path that find their
+// rows by primary key, whose plans do not depend on their parameters;
+// left to choose, Postgres plans those again at every execution because a
+// plan for a short array of keys looks cheaper than the generic one.
+func GenericPlans(pool *pgxpool.Pool, maxConns int32) (*pgxpool.Pool, error) {
+	cfg := pool.Config()
+	cfg.MaxConns = maxConns
+	cfg.MinConns = 0
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("generic-plan pool: %w", err)
+	}
+	return p, nil
+}
