@@ -239,10 +239,38 @@ func allowResult(webhookID string, cmd *redis.Cmd) (Verdict, Transition, error) 
 	return v, tr, nil
 }
 
+// queued is a script call queued on a pipeline. It goes as EVALSHA, the
+// script's digest rather than its text; when Redis has lost the script
+// (first use after a restart or SCRIPT FLUSH) nothing ran, and reply sends
+// the script with EVAL in one more round trip, because a pipeline cannot
+// retry one command.
+type queued struct {
+	cmd   *redis.Cmd
+	rerun func() *redis.Cmd
+}
+
+func (b *Breaker) queue(ctx context.Context, pipe redis.Pipeliner, script *redis.Script, keys []string, args ...any) queued {
+	return queued{cmd: script.EvalSha(ctx, pipe, keys, args...),
+		rerun: func() *redis.Cmd { return script.Eval(ctx, b.rdb, keys, args...) }}
+}
+
+func (q *queued) reply() *redis.Cmd {
+	if q.rerun != nil && isNoScript(q.cmd.Err()) {
+		q.cmd, q.rerun = q.rerun(), nil
+	}
+	return q.cmd
+}
+
+// isNoScript reports whether err is Redis's NOSCRIPT. Inside a pipeline
+// the server's error arrives as it is, and is recognised by its code.
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
 // AllowCall is an Allow queued on a pipeline (QueueAllow); Result reads
 // its reply once the pipeline has run.
 type AllowCall struct {
-	cmd       *redis.Cmd
+	call      queued
 	webhookID string
 }
 
@@ -252,13 +280,33 @@ func (b *Breaker) QueueAllow(ctx context.Context, pipe redis.Pipeliner, webhookI
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cmd := allowScript.Eval(ctx, pipe, b.keys(webhookID), allowArgs(cfg, now)...)
-	return &AllowCall{cmd: cmd, webhookID: webhookID}, nil
+	return &AllowCall{call: b.queue(ctx, pipe, allowScript, b.keys(webhookID), allowArgs(cfg, now)...), webhookID: webhookID}, nil
 }
 
 // Result is the queued Allow's outcome, as Allow returns it.
 func (c *AllowCall) Result() (Verdict, Transition, error) {
-	return allowResult(c.webhookID, c.cmd)
+	return allowResult(c.webhookID, c.call.reply())
+}
+
+// RecordCall is a Record queued on a pipeline (QueueRecord); Result reads
+// its reply once the pipeline has run.
+type RecordCall struct {
+	call      queued
+	webhookID string
+}
+
+// QueueRecord queues Record on pipe, so that it travels to Redis with
+// other calls in one round trip.
+func (b *Breaker) QueueRecord(ctx context.Context, pipe redis.Pipeliner, webhookID string, cfg Config, now time.Time, success, probe bool) (*RecordCall, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &RecordCall{call: b.queue(ctx, pipe, recordScript, b.keys(webhookID), recordArgs(cfg, now, success, probe)...), webhookID: webhookID}, nil
+}
+
+// Result is the queued Record's outcome, as Record returns it.
+func (c *RecordCall) Result() (Transition, error) {
+	return recordResult(c.webhookID, c.call.reply())
 }
 
 // Pipeline returns a pipeline on the breaker's Redis client.
@@ -281,12 +329,18 @@ func (b *Breaker) Record(ctx context.Context, webhookID string, cfg Config, now 
 	if err := cfg.Validate(); err != nil {
 		return "", err
 	}
-	tr, err := recordScript.Run(ctx, b.rdb, b.keys(webhookID),
-		now.UnixMilli(), flag(success), flag(probe), cfg.Window.Milliseconds(),
+	return recordResult(webhookID, recordScript.Run(ctx, b.rdb, b.keys(webhookID), recordArgs(cfg, now, success, probe)...))
+}
+
+func recordArgs(cfg Config, now time.Time, success, probe bool) []any {
+	return []any{now.UnixMilli(), flag(success), flag(probe), cfg.Window.Milliseconds(),
 		cfg.MinimumThroughput, cfg.ErrorThresholdPercentage, cfg.SleepWindow.Milliseconds(),
 		cfg.maxSleep().Milliseconds(), cfg.probeSuccessesNeeded(), cfg.HalfOpenMaxCalls,
-		cfg.ttl().Milliseconds(),
-	).Text()
+		cfg.ttl().Milliseconds()}
+}
+
+func recordResult(webhookID string, cmd *redis.Cmd) (Transition, error) {
+	tr, err := cmd.Text()
 	if err != nil {
 		return "", fmt.Errorf("breaker record %s: %w", webhookID, err)
 	}

@@ -430,3 +430,34 @@ func TestProbeSuccessesNeeded(t *testing.T) {
 		require.Equal(t, tt.want, c.probeSuccessesNeeded(), "%d%% of %d", tt.threshold, tt.calls)
 	}
 }
+
+// Queued calls send the scripts' digests only; when Redis has lost a script
+// (a restart, SCRIPT FLUSH), Result runs it with its text, once. A
+// parallel test may load the scripts again between the flush and the
+// pipeline, so the test tries a few times until a pipeline has met
+// NOSCRIPT.
+func TestQueuedCallsAfterScriptFlush(t *testing.T) {
+	f := newFixture(t)
+	metNoScript := false
+	for i := 0; i < 10 && !metNoScript; i++ {
+		id := fmt.Sprintf("flushed-%d", i)
+		require.NoError(t, f.rdb.ScriptFlush(f.ctx).Err())
+		pipe := f.b.Pipeline()
+		allow, err := f.b.QueueAllow(f.ctx, pipe, id, f.cfg, t0)
+		require.NoError(t, err)
+		rec, err := f.b.QueueRecord(f.ctx, pipe, id, f.cfg, t0, false, false)
+		require.NoError(t, err)
+		_, _ = pipe.Exec(f.ctx)
+		metNoScript = isNoScript(allow.call.cmd.Err()) && isNoScript(rec.call.cmd.Err())
+		v, tr, err := allow.Result()
+		require.NoError(t, err)
+		require.True(t, v.Allowed)
+		require.Equal(t, NoTransition, tr)
+		_, err = rec.Result()
+		require.NoError(t, err)
+		snap, err := f.b.Snapshot(f.ctx, id, f.cfg, t0)
+		require.NoError(t, err)
+		require.Equal(t, 1, snap.Failures, "the outcome is counted exactly once")
+	}
+	require.True(t, metNoScript, "no pipeline met an empty script cache")
+}

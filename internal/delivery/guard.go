@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/notify"
@@ -31,12 +33,60 @@ type Guard struct {
 	log     *slog.Logger
 	// fallbackLogged limits the fallback warning to one a minute.
 	fallbackLogged atomic.Int64
+	// pipes and shared: see Run.
+	pipes  *batch.Batcher[func(redis.Pipeliner), struct{}]
+	shared atomic.Bool
 }
 
 // NewGuard returns a guard; breakers and buckets are Redis keys under the
 // caller's prefix.
 func NewGuard(b *breaker.Breaker, l *ratelimit.Limiter, pool *pgxpool.Pool, log *slog.Logger) *Guard {
-	return &Guard{breaker: b, limits: l, pool: pool, log: log}
+	g := &Guard{breaker: b, limits: l, pool: pool, log: log}
+	g.pipes = batch.New(g.runPipeline, pipelineBatch, pipelineRunners)
+	return g
+}
+
+// The Redis calls of deliveries in flight at the same moment share a
+// pipeline: one round trip for all of them, taken without waiting for a
+// window (a guard's call is on the way to the endpoint).
+const (
+	pipelineBatch   = 256
+	pipelineRunners = 2
+)
+
+// Run shares pipelines between the deliveries until ctx ends; without it
+// each delivery sends its own. The worker runs it beside its handlers.
+func (g *Guard) Run(ctx context.Context) error {
+	g.shared.Store(true)
+	defer g.shared.Store(false)
+	return g.pipes.Run(ctx)
+}
+
+// pipeline runs the calls that queue puts on a pipeline, with those of the
+// other deliveries of the moment when Run is running; each call's outcome
+// (and error) is read from its own result.
+func (g *Guard) pipeline(ctx context.Context, queue func(redis.Pipeliner)) {
+	if g.shared.Load() {
+		// runPipeline never fails, so Do returns only once queue ran.
+		if _, err := g.pipes.Do(context.WithoutCancel(ctx), queue); err == nil {
+			return
+		}
+	}
+	pipe := g.breaker.Pipeline()
+	queue(pipe)
+	_, _ = pipe.Exec(ctx)
+}
+
+// runPipeline sends every queued call in one pipeline. It returns no
+// error: a call's error is in its own result, and a batch that failed as a
+// whole would be run again call by call, sending each twice.
+func (g *Guard) runPipeline(ctx context.Context, queues []func(redis.Pipeliner)) ([]struct{}, error) {
+	pipe := g.breaker.Pipeline()
+	for _, q := range queues {
+		q(pipe)
+	}
+	_, _ = pipe.Exec(ctx)
+	return make([]struct{}, len(queues)), nil
 }
 
 // halfOpenNoProbe is how long a delivery waits while Redis is unreachable
@@ -71,20 +121,21 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 	// The breaker check and the slot reservation travel to Redis together,
 	// in one round trip; a slot reserved for an attempt the breaker
 	// refuses is given back, so that an open circuit spends none.
-	pipe := g.breaker.Pipeline()
 	var allow *breaker.AllowCall
 	var allowErr error
-	if j.Breaker.Enabled && !forcedClosed {
-		allow, allowErr = g.breaker.QueueAllow(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now)
-	}
+	checkCircuit := j.Breaker.Enabled && !forcedClosed
 	buckets := bucketsOf(t, j)
 	var reserve *ratelimit.ReserveCall
 	var reserveErr error
-	if !reserved {
-		reserve, reserveErr = g.limits.QueueReserve(ctx, pipe, now, buckets...)
-	}
-	if allow != nil || reserve != nil {
-		_, _ = pipe.Exec(ctx) // each call's error is read from its result
+	if checkCircuit || (!reserved && len(buckets) > 0) {
+		g.pipeline(ctx, func(pipe redis.Pipeliner) {
+			if checkCircuit {
+				allow, allowErr = g.breaker.QueueAllow(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now)
+			}
+			if !reserved {
+				reserve, reserveErr = g.limits.QueueReserve(ctx, pipe, now, buckets...)
+			}
+		})
 	}
 	slot := now // no bucket, or a slot already reserved: now
 	if reserve != nil {
@@ -153,7 +204,15 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 	if !j.Breaker.Enabled {
 		return
 	}
-	tr, err := g.breaker.Record(ctx, t.WebhookID.String(), breakerConfig(j), now, healthy(res), probe)
+	var rec *breaker.RecordCall
+	var err error
+	g.pipeline(ctx, func(pipe redis.Pipeliner) {
+		rec, err = g.breaker.QueueRecord(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now, healthy(res), probe)
+	})
+	var tr breaker.Transition
+	if err == nil {
+		tr, err = rec.Result()
+	}
 	if err != nil {
 		g.fallback(err)
 		return

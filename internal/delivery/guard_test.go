@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,4 +112,44 @@ func TestGuardWithoutBreakerUsesTheBucket(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	require.True(t, f.admit(now).allowed)
 	require.Equal(t, schedule.RateLimited, f.admit(now).reason)
+}
+
+// With Run running, the calls of concurrent deliveries share pipelines,
+// and each still reads its own answer: of many deliveries at the same
+// moment, exactly the bucket's burst is let in and every other one gets a
+// slot of its own.
+func TestSharedPipelinesGiveEachDeliveryItsOwnAnswer(t *testing.T) {
+	f := newGuardFixture(t)
+	f.job.RateLimit = webhook.RateLimit{RequestsPerMinute: 600, Burst: 10}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { _ = f.guard.Run(ctx); close(done) }()
+	require.Eventually(t, f.guard.shared.Load, 5*time.Second, time.Millisecond)
+
+	now := time.Now()
+	results := make([]admission, 50)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = f.admit(now)
+		}()
+	}
+	wg.Wait()
+	allowed := 0
+	slots := map[time.Time]bool{}
+	for _, adm := range results {
+		if adm.allowed {
+			allowed++
+			continue
+		}
+		require.Equal(t, schedule.RateLimited, adm.reason)
+		require.False(t, slots[adm.until], "two deliveries were given the same slot")
+		slots[adm.until] = true
+	}
+	require.Equal(t, 10, allowed)
+	cancel()
+	<-done
+	require.False(t, f.guard.shared.Load())
 }

@@ -118,15 +118,21 @@ const (
 // statements fit for the tables' sizes (see db.RunAnalyzer).
 func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
 	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 5)
+	done := make(chan struct{}, 6)
 	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.records.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.parks.Run(batchCtx); done <- struct{}{} }()
 	go func() { _ = w.waker.Run(ctx); done <- struct{}{} }()
 	go func() { _ = db.RunAnalyzer(ctx, w.store.pool, w.log); done <- struct{}{} }()
+	go func() {
+		if w.guard != nil {
+			_ = w.guard.Run(batchCtx)
+		}
+		done <- struct{}{}
+	}()
 	err := consume(ctx)
 	stop()
-	for range 5 {
+	for range 6 {
 		<-done
 	}
 	if w.store.hot != w.store.pool {

@@ -185,6 +185,10 @@ func (d *Dispatcher) loop(ctx, drainCtx context.Context, marks chan<- confirmed)
 // maxMark bounds the deliveries of one mark statement.
 const maxMark = 5000
 
+// markGather is how long the mark of a confirmed batch waits past its due
+// time for later batches to share its statement.
+const markGather = 100 * time.Millisecond
+
 // markLoop marks confirmed batches once they are due, all those due
 // together in one statement (up to maxMark). Once ctx has ended it marks
 // what it holds without waiting. It returns when marks is closed and
@@ -210,7 +214,9 @@ func (d *Dispatcher) markLoop(ctx, drainCtx context.Context, marks <-chan confir
 		}
 		var wake <-chan time.Time
 		if len(queue) > 0 {
-			timer.Reset(time.Until(queue[0].due))
+			// Batches falling due within markGather of each other share
+			// one statement.
+			timer.Reset(time.Until(queue[0].due) + markGather)
 			wake = timer.C
 		}
 		select {
