@@ -55,6 +55,9 @@ func (b *Batcher[In, Out]) Window(d time.Duration) *Batcher[In, Out] {
 	return b
 }
 
+// Waiting is the number of requests queued and not yet taken into a batch.
+func (b *Batcher[In, Out]) Waiting() int { return len(b.in) }
+
 // Do queues one request and waits for its result. If ctx ends first the
 // request may still run.
 func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {

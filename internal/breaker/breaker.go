@@ -312,6 +312,9 @@ func (c *RecordCall) Result() (Transition, error) {
 // Pipeline returns a pipeline on the breaker's Redis client.
 func (b *Breaker) Pipeline() redis.Pipeliner { return b.rdb.Pipeline() }
 
+// Redis returns the breaker's Redis client.
+func (b *Breaker) Redis() *redis.Client { return b.rdb }
+
 // Record counts the outcome of a delivery attempted at now; probe says
 // whether Allow let it through as a probe.
 //

@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/notify"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/redisbatch"
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/wire"
@@ -33,61 +33,24 @@ type Guard struct {
 	log     *slog.Logger
 	// fallbackLogged limits the fallback warning to one a minute.
 	fallbackLogged atomic.Int64
-	// pipes and shared: see Run.
-	pipes  *batch.Batcher[func(redis.Pipeliner), struct{}]
-	shared atomic.Bool
+	// pipes: see Run.
+	pipes *redisbatch.Pipelines
 }
 
 // NewGuard returns a guard; breakers and buckets are Redis keys under the
 // caller's prefix.
 func NewGuard(b *breaker.Breaker, l *ratelimit.Limiter, pool *pgxpool.Pool, log *slog.Logger) *Guard {
-	g := &Guard{breaker: b, limits: l, pool: pool, log: log}
-	g.pipes = batch.New(g.runPipeline, pipelineBatch, pipelineRunners)
-	return g
+	return &Guard{breaker: b, limits: l, pool: pool, log: log, pipes: redisbatch.New(b.Redis(), 0)}
 }
 
-// The Redis calls of deliveries in flight at the same moment share a
-// pipeline: one round trip for all of them, taken without waiting for a
-// window (a guard's call is on the way to the endpoint).
-const (
-	pipelineBatch   = 256
-	pipelineRunners = 2
-)
+// Run lets the Redis calls of deliveries in flight at the same moment share
+// pipelines (see redisbatch) until ctx ends; without it each delivery sends
+// its own. The worker runs it beside its handlers.
+func (g *Guard) Run(ctx context.Context) error { return g.pipes.Run(ctx) }
 
-// Run shares pipelines between the deliveries until ctx ends; without it
-// each delivery sends its own. The worker runs it beside its handlers.
-func (g *Guard) Run(ctx context.Context) error {
-	g.shared.Store(true)
-	defer g.shared.Store(false)
-	return g.pipes.Run(ctx)
-}
-
-// pipeline runs the calls that queue puts on a pipeline, with those of the
-// other deliveries of the moment when Run is running; each call's outcome
-// (and error) is read from its own result.
-func (g *Guard) pipeline(ctx context.Context, queue func(redis.Pipeliner)) {
-	if g.shared.Load() {
-		// runPipeline never fails, so Do returns only once queue ran.
-		if _, err := g.pipes.Do(context.WithoutCancel(ctx), queue); err == nil {
-			return
-		}
-	}
-	pipe := g.breaker.Pipeline()
-	queue(pipe)
-	_, _ = pipe.Exec(ctx)
-}
-
-// runPipeline sends every queued call in one pipeline. It returns no
-// error: a call's error is in its own result, and a batch that failed as a
-// whole would be run again call by call, sending each twice.
-func (g *Guard) runPipeline(ctx context.Context, queues []func(redis.Pipeliner)) ([]struct{}, error) {
-	pipe := g.breaker.Pipeline()
-	for _, q := range queues {
-		q(pipe)
-	}
-	_, _ = pipe.Exec(ctx)
-	return make([]struct{}, len(queues)), nil
-}
+// pipeline runs the calls that queue puts on a pipeline; each call's
+// outcome (and error) is read from its own result.
+func (g *Guard) pipeline(ctx context.Context, queue func(redis.Pipeliner)) { g.pipes.Do(ctx, queue) }
 
 // halfOpenNoProbe is how long a delivery waits while Redis is unreachable
 // and the persisted circuit is open.

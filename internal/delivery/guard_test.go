@@ -124,7 +124,7 @@ func TestSharedPipelinesGiveEachDeliveryItsOwnAnswer(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
 	go func() { _ = f.guard.Run(ctx); close(done) }()
-	require.Eventually(t, f.guard.shared.Load, 5*time.Second, time.Millisecond)
+	require.Eventually(t, f.guard.pipes.Running, 5*time.Second, time.Millisecond)
 
 	now := time.Now()
 	results := make([]admission, 50)
@@ -151,5 +151,5 @@ func TestSharedPipelinesGiveEachDeliveryItsOwnAnswer(t *testing.T) {
 	require.Equal(t, 10, allowed)
 	cancel()
 	<-done
-	require.False(t, f.guard.shared.Load())
+	require.False(t, f.guard.pipes.Running())
 }

@@ -427,7 +427,8 @@ func internalRetryDelay(n int) time.Duration {
 	return min(d, internalRetryMax)
 }
 
-// observe writes the attempt's log line and metrics.
+// observe writes the attempt's metrics, and its log line: a warning for a
+// failed attempt, at debug level for a success.
 func (w *Worker) observe(log *slog.Logger, t wire.Task, j job, rec attemptRecord, d retry.Decision) {
 	res := rec.Response
 	metrics.Deliveries.WithLabelValues(string(rec.Status), string(res.Category)).Inc()
@@ -443,7 +444,9 @@ func (w *Worker) observe(log *slog.Logger, t wire.Task, j job, rec attemptRecord
 		attrs = append(attrs, "next_attempt_at", rec.NextAttemptAt.UTC().Format(time.RFC3339Nano))
 	}
 	if d.Succeeded {
-		log.Info("delivery attempt", attrs...)
+		// One line per success would be most of the log (and a write per
+		// delivery); the attempt history and the metrics have them.
+		log.Debug("delivery attempt", attrs...)
 		return
 	}
 	log.Warn("delivery attempt", append(attrs, "error", res.Error)...)

@@ -121,6 +121,8 @@ func (l *Limiter) Take(ctx context.Context, now time.Time, buckets ...Bucket) (o
 type TakeCall struct {
 	cmd  *redis.Cmd
 	keys []string
+	// rerun: as ReserveCall's.
+	rerun func() *redis.Cmd
 }
 
 // QueueTake queues a Take of one token from every bucket on pipe, so that
@@ -134,11 +136,15 @@ func (l *Limiter) QueueTake(ctx context.Context, pipe redis.Pipeliner, now time.
 	if err != nil {
 		return nil, err
 	}
-	return &TakeCall{cmd: takeScript.Eval(ctx, pipe, keys, args...), keys: keys}, nil
+	return &TakeCall{cmd: takeScript.EvalSha(ctx, pipe, keys, args...), keys: keys,
+		rerun: func() *redis.Cmd { return takeScript.Eval(ctx, l.rdb, keys, args...) }}, nil
 }
 
 // Result is the queued Take's outcome, as Take returns it.
 func (c *TakeCall) Result() (ok bool, wait time.Duration, err error) {
+	if c.rerun != nil && isNoScript(c.cmd.Err()) {
+		c.cmd, c.rerun = c.rerun(), nil
+	}
 	res, err := c.cmd.Int64Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("rate limit take %s: %w", c.keys, err)

@@ -261,8 +261,7 @@ func TestQueuedTakeAndRefund(t *testing.T) {
 	require.NoError(t, err)
 	third, err := f.l.QueueTake(f.ctx, pipe, t0, b)
 	require.NoError(t, err)
-	_, err = pipe.Exec(f.ctx)
-	require.NoError(t, err)
+	_, _ = pipe.Exec(f.ctx) // each call's error is read from its result
 	for i, c := range []*TakeCall{first, second} {
 		ok, wait, err := c.Result()
 		require.NoError(t, err)
@@ -289,4 +288,28 @@ func TestQueuedTakeAndRefund(t *testing.T) {
 	none, err := f.l.QueueTake(f.ctx, f.rdb.Pipeline(), t0)
 	require.NoError(t, err)
 	require.Nil(t, none, "no bucket, nothing queued")
+}
+
+// A queued Take sends the script's digest only; when Redis has lost the
+// script, Result takes the token with the script itself, once. (See
+// TestQueueReserveAfterScriptFlush for why it tries a few times.)
+func TestQueueTakeAfterScriptFlush(t *testing.T) {
+	f := newFixture(t)
+	metNoScript := false
+	for i := 0; i < 10 && !metNoScript; i++ {
+		b := Bucket{Key: fmt.Sprintf("publish:%d", i), Limit: Limit{PerMinute: 1, Burst: 1}}
+		require.NoError(t, f.rdb.ScriptFlush(f.ctx).Err())
+		pipe := f.rdb.Pipeline()
+		call, err := f.l.QueueTake(f.ctx, pipe, t0, b)
+		require.NoError(t, err)
+		_, _ = pipe.Exec(f.ctx)
+		metNoScript = isNoScript(call.cmd.Err())
+		ok, _, err := call.Result()
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, _, err = f.l.Take(f.ctx, t0, b)
+		require.NoError(t, err)
+		require.False(t, ok, "the token was taken exactly once")
+	}
+	require.True(t, metNoScript, "no pipeline met an empty script cache")
 }

@@ -46,10 +46,9 @@ type ReserveCall struct {
 // to Redis with other calls in one round trip. With no bucket it returns
 // nil: nothing to reserve, send now.
 //
-// Unlike QueueTake, which sends the whole script with EVAL every time, the
-// reservation goes as EVALSHA: it is on every delivery's path, and the
-// script is sent only when Redis has lost it (first use after a restart or
-// SCRIPT FLUSH), by Result, because a pipeline cannot retry one command.
+// The reservation goes as EVALSHA, as a queued Take does: the script is
+// sent only when Redis has lost it (first use after a restart or SCRIPT
+// FLUSH), by Result, because a pipeline cannot retry one command.
 func (l *Limiter) QueueReserve(ctx context.Context, pipe redis.Pipeliner, now time.Time, buckets ...Bucket) (*ReserveCall, error) {
 	if len(buckets) == 0 {
 		return nil, nil
