@@ -27,7 +27,6 @@ func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	}
 }
 
-
 func newClient(t *testing.T) (*redis.Client, *pipelineCounter, string) {
 	t.Helper()
 	t.Parallel()
