@@ -108,8 +108,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 // session consumes on one connection until it fails or ctx ends.
 func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) error {
 	sources := make([]<-chan amqp.Delivery, len(c.cfg.Queues))
+	ackers := make([]*acker, len(c.cfg.Queues))
 	var chans []*amqp.Channel
+	// The ackers send what they hold once every handler is done, before
+	// their channels close.
+	ackCtx, stopAcks := context.WithCancel(context.Background())
+	var acks sync.WaitGroup
 	defer func() {
+		stopAcks()
+		acks.Wait()
 		for _, ch := range chans {
 			_ = ch.Close()
 		}
@@ -128,6 +135,9 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 			return fmt.Errorf("consume %s: %w", q, err)
 		}
 		sources[i] = d
+		ackers[i] = newAcker(ch, c.conn.log)
+		acks.Add(1)
+		go func() { defer acks.Done(); ackers[i].run(ackCtx) }()
 	}
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
@@ -139,6 +149,7 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 				if !ok {
 					return
 				}
+				d.Acknowledger = ackers[i]
 				c.handle(workCtx, c.cfg.Queues[i], d)
 			}
 		}()
