@@ -285,13 +285,17 @@ func waitOK(url string) {
 	log.Fatalf("%s not ready within 60s", url)
 }
 
+// client keeps an idle connection for each publishing client (at most
+// 1024), so that publishes do not dial new ones.
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+
 func post(url, token, body string, out any) error {
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		return err
 	}

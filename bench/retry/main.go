@@ -59,7 +59,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	client := &http.Client{}
+	// Keep-alive: enough idle connections that no publish dials a new one.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
 	for i := range *n {

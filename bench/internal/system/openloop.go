@@ -38,6 +38,9 @@ func (s *System) OpenLoop(ctx context.Context, n, size, clients int) (float64, e
 	var next atomic.Int64
 	var failed atomic.Int64
 	var wg sync.WaitGroup
+	// One idle connection kept per client: every publish reuses one.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	defer client.CloseIdleConnections()
 	start := time.Now()
 	for range clients {
 		wg.Add(1)
@@ -46,7 +49,7 @@ func (s *System) OpenLoop(ctx context.Context, n, size, clients int) (float64, e
 			for next.Add(1) <= int64(n) {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/v1/events", bytes.NewReader([]byte(body)))
 				req.Header.Set("Authorization", "Bearer "+key)
-				res, err := http.DefaultClient.Do(req)
+				res, err := client.Do(req)
 				if err != nil {
 					failed.Add(1)
 					continue
