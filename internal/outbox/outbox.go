@@ -201,12 +201,16 @@ func (d *Dispatcher) markLoop(ctx, drainCtx context.Context, marks <-chan confir
 	for {
 		now := time.Now()
 		if ctx.Err() != nil {
-			now = time.Now().Add(markDelay)
+			now = time.Now().Add(markDelay + markGather)
 		}
 		var due []wire.Task
-		for len(queue) > 0 && !queue[0].due.After(now) && len(due) < maxMark {
-			due = append(due, queue[0].tasks...)
-			queue = queue[1:]
+		// Once the oldest batch is markGather past its due time, every
+		// batch due by now goes in one statement.
+		if len(queue) > 0 && !queue[0].due.Add(markGather).After(now) {
+			for len(queue) > 0 && !queue[0].due.After(now) && len(due) < maxMark {
+				due = append(due, queue[0].tasks...)
+				queue = queue[1:]
+			}
 		}
 		if len(due) > 0 {
 			d.mark(drainCtx, due)

@@ -217,3 +217,28 @@ func TestDispatcherMarksAfterItsDelay(t *testing.T) {
 	require.NoError(t, <-done)
 	require.True(t, enqueued(t, pool, ids[2]), "marked at shutdown")
 }
+
+// Confirmed batches falling due within markGather of each other are
+// marked by one statement (one transaction: the same enqueued_at).
+func TestMarkLoopGathersBatchesDueTogether(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ids := seedDeliveries(t, pool, 3)
+	d := NewDispatcher(pool, &fakePublisher{}, slog.New(slog.DiscardHandler))
+	marks := make(chan confirmed, 3)
+	due := time.Now()
+	for i, id := range ids {
+		marks <- confirmed{due: due.Add(time.Duration(i) * markGather / 4), tasks: []wire.Task{{DeliveryID: id, Attempt: 1}}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { d.markLoop(ctx, context.Background(), marks); close(done) }()
+	require.Eventually(t, func() bool { return enqueued(t, pool, ids[2]) }, 10*time.Second, 5*time.Millisecond)
+	var distinct int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(DISTINCT enqueued_at) FROM deliveries WHERE id = ANY($1)`, ids).Scan(&distinct))
+	require.Equal(t, 1, distinct, "one statement marked the three batches")
+	close(marks)
+	<-done
+}
