@@ -37,13 +37,15 @@ type acker struct {
 	settled map[uint64]bool
 	// held are the acks not sent yet, by tag, with the time they came.
 	held map[uint64]time.Time
+	// kick tells run that acks are held again.
+	kick chan struct{}
 	// broken: an ack failed (the channel closed); later failures are not
 	// logged again.
 	broken bool
 }
 
 const (
-	// ackWindow is how often held acks are sent.
+	// ackWindow is how long an ack is held for others to join it.
 	ackWindow = 5 * time.Millisecond
 	// ackBatch sends the held acks at once when so many are held.
 	ackBatch = 128
@@ -53,7 +55,8 @@ const (
 )
 
 func newAcker(ch amqp.Acknowledger, log *slog.Logger) *acker {
-	return &acker{ch: ch, log: log, low: 1, settled: map[uint64]bool{}, held: map[uint64]time.Time{}}
+	return &acker{ch: ch, log: log, low: 1, settled: map[uint64]bool{}, held: map[uint64]time.Time{},
+		kick: make(chan struct{}, 1)}
 }
 
 // Ack holds a single ack for the next flush; an ack with multiple (which
@@ -68,6 +71,12 @@ func (a *acker) Ack(tag uint64, multiple bool) error {
 	}
 	a.settle(tag)
 	a.held[tag] = time.Now()
+	if len(a.held) == 1 {
+		select { // wake run, asleep with nothing held
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
 	if tag < a.low && len(a.held) >= ackBatch {
 		a.flush(time.Now(), false)
 	}
@@ -147,11 +156,13 @@ func (a *acker) send(tag uint64, multiple bool) {
 	}
 }
 
-// run sends the held acks every ackWindow until ctx ends, then sends
-// whatever is held.
+// run sends the held acks ackWindow after the first of them came, and so
+// on while some are held, until ctx ends; then it sends whatever is held.
+// With nothing held it sleeps.
 func (a *acker) run(ctx context.Context) {
-	tick := time.NewTicker(ackWindow)
-	defer tick.Stop()
+	timer := time.NewTimer(ackWindow)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,10 +170,14 @@ func (a *acker) run(ctx context.Context) {
 			a.flush(time.Now(), true)
 			a.mu.Unlock()
 			return
-		case now := <-tick.C:
+		case <-a.kick:
+			timer.Reset(ackWindow)
+			continue
+		case now := <-timer.C:
 			a.mu.Lock()
+			a.flush(now, false)
 			if len(a.held) > 0 {
-				a.flush(now, false)
+				timer.Reset(ackWindow)
 			}
 			a.mu.Unlock()
 		}
