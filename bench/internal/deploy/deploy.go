@@ -211,6 +211,33 @@ func (s *System) Pid(name string) int {
 	return 0
 }
 
+// Kill sends SIGKILL to the named process ("api", "worker" or "dlq"), as
+// a crash would, and waits for it to exit.
+func (s *System) Kill(name string) error {
+	p := s.procs[name]
+	if p == nil {
+		return fmt.Errorf("no process %q", name)
+	}
+	return p.kill()
+}
+
+// Restart starts the named process again after Kill, with the same
+// environment and addresses, and waits until it answers /readyz.
+func (s *System) Restart(ctx context.Context, name string) error {
+	old := s.procs[name]
+	if old == nil {
+		return fmt.Errorf("no process %q", name)
+	}
+	p, err := startProcess(old.path, old.env, old.dir, old.logPath)
+	if err != nil {
+		return fmt.Errorf("restart %s: %w", name, err)
+	}
+	p.readyURL = old.readyURL
+	s.procs[name] = p
+	s.onClose(p.stop)
+	return p.waitReady(ctx, p.readyURL, time.Minute)
+}
+
 // LogTail returns the last n lines the named process wrote.
 func (s *System) LogTail(name string, n int) string {
 	if p := s.procs[name]; p != nil {

@@ -18,7 +18,10 @@ type process struct {
 	cmd      *exec.Cmd
 	logPath  string
 	readyURL string
-	done     chan struct{} // closed when the process has exited
+	// path, env and dir start it again (System.Restart).
+	path, dir string
+	env       []string
+	done      chan struct{} // closed when the process has exited
 }
 
 // startProcess runs path in dir with exactly env. The process gets its own
@@ -26,7 +29,8 @@ type process struct {
 // program, which then stops the processes in order; and it is killed if
 // the load program dies without doing so.
 func startProcess(path string, env []string, dir, logPath string) (*process, error) {
-	log, err := os.Create(logPath)
+	// Appended to: a restarted process continues its log.
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -38,13 +42,24 @@ func startProcess(path string, env []string, dir, logPath string) (*process, err
 		_ = log.Close()
 		return nil, err
 	}
-	p := &process{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &process{cmd: cmd, logPath: logPath, path: path, env: env, dir: dir, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		_ = log.Close()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// kill sends SIGKILL and waits for the exit.
+func (p *process) kill() error {
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.cmd.Path, p.cmd.Process.Pid)
+	}
 }
 
 // stopGrace is how long a process may take to stop after SIGTERM. The
