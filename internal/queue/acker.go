@@ -24,8 +24,9 @@ import (
 // message still being handled nor names a tag the broker no longer knows.
 // Acks above a message still being handled (a slow endpoint) are sent one
 // by one once they have waited ackHold, so that a hanging delivery does not
-// hold the others' acknowledgements, and the channel's prefetch window,
-// for long.
+// hold the others' acknowledgements, and with them the channel's prefetch
+// window: held for 50 ms, they raised the p99 of healthy endpoints beside
+// hanging ones from 70-85 ms to 160 ms (bench/isolation).
 type acker struct {
 	ch  amqp.Acknowledger
 	log *slog.Logger
@@ -50,8 +51,8 @@ const (
 	// ackBatch sends the held acks at once when so many are held.
 	ackBatch = 128
 	// ackHold is how long an ack above an unsettled message waits for
-	// that message before it is sent alone.
-	ackHold = 50 * time.Millisecond
+	// that message before it is sent alone: one window.
+	ackHold = ackWindow
 )
 
 func newAcker(ch amqp.Acknowledger, log *slog.Logger) *acker {
