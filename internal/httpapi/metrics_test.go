@@ -3,12 +3,18 @@ package httpapi
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/console"
+	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/webhook"
 )
 
 // Requests with made-up methods and paths add no series: the method label
@@ -30,9 +36,17 @@ func TestMetricLabelsStayBounded(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, e.do(method, "/"+randomToken(t, 32), "", nil).Status)
 	}
 
+	// The registry is the process's: other tests of this package count
+	// their requests in it too, some on a server with the console, whose
+	// routes are templates as well.
+	withConsole, err := New(Deps{Config: config.Default(), Log: slog.New(slog.DiscardHandler), Tenants: tenant.NewStore(e.pool),
+		Webhooks: webhook.NewStore(e.pool), Console: console.Config{DB: e.pool}})
+	require.NoError(t, err)
 	routes := map[string]bool{"unmatched": true}
-	for _, r := range e.srv.Handler().(*gin.Engine).Routes() {
-		routes[r.Path] = true
+	for _, srv := range []*Server{e.srv, withConsole} {
+		for _, r := range srv.Handler().(*gin.Engine).Routes() {
+			routes[r.Path] = true
+		}
 	}
 	methods := map[string]bool{"other": true}
 	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"} {
