@@ -60,7 +60,9 @@ type job struct {
 type store struct {
 	pool *pgxpool.Pool
 	// hot runs the batched statements of every delivery (load, attempt
-	// record, parking, enqueue mark) from generic plans (db.GenericPlans).
+	// record, parking, enqueue mark): while the worker serves, a pool of
+	// its own running them from generic plans (db.GenericPlans); pool
+	// otherwise.
 	hot *pgxpool.Pool
 	// keys open the webhook secrets sealed at rest; nil when none are
 	// configured (secrets stored in clear, development and tests).

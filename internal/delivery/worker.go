@@ -72,12 +72,7 @@ type Worker struct {
 // NewWorker returns a worker. guard may be nil: no circuit breaker and no
 // rate limits (benchmarks of the bare pipeline).
 func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, log *slog.Logger) *Worker {
-	st := &store{pool: pool, hot: pool}
-	if hot, err := db.GenericPlans(pool, hotConns); err == nil {
-		st.hot = hot
-	} else {
-		log.Warn("hot-path statements planned at each execution", "error", err)
-	}
+	st := &store{pool: pool, hot: pool} // Serve gives hot a pool of its own
 	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers).Window(loadWindow),
 		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers).Window(recordWindow),
 		parks: batch.New(func(ctx context.Context, ps []schedule.Parking) ([]bool, error) {
@@ -117,6 +112,15 @@ const (
 // so does the analyzer that keeps the plans of the worker's prepared
 // statements fit for the tables' sizes (see db.RunAnalyzer).
 func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
+	if hot, err := db.GenericPlans(w.store.pool, hotConns); err == nil {
+		w.store.hot = hot
+		defer func() {
+			w.store.hot = w.store.pool
+			hot.Close()
+		}()
+	} else {
+		w.log.Warn("hot-path statements planned at each execution", "error", err)
+	}
 	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{}, 6)
 	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
@@ -134,9 +138,6 @@ func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error)
 	stop()
 	for range 6 {
 		<-done
-	}
-	if w.store.hot != w.store.pool {
-		w.store.hot.Close()
 	}
 	return err
 }
