@@ -296,7 +296,7 @@ func TestQueuedTakeAndRefund(t *testing.T) {
 func TestQueueTakeAfterScriptFlush(t *testing.T) {
 	f := newFixture(t)
 	metNoScript := false
-	for i := 0; i < 10 && !metNoScript; i++ {
+	for i := 0; i < 100 && !metNoScript; i++ {
 		b := Bucket{Key: fmt.Sprintf("publish:%d", i), Limit: Limit{PerMinute: 1, Burst: 1}}
 		require.NoError(t, f.rdb.ScriptFlush(f.ctx).Err())
 		pipe := f.rdb.Pipeline()
