@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hookline/hookline/internal/redisbatch"
 )
 
 // State is the state of a circuit.
@@ -239,38 +241,10 @@ func allowResult(webhookID string, cmd *redis.Cmd) (Verdict, Transition, error) 
 	return v, tr, nil
 }
 
-// queued is a script call queued on a pipeline. It goes as EVALSHA, the
-// script's digest rather than its text; when Redis has lost the script
-// (first use after a restart or SCRIPT FLUSH) nothing ran, and reply sends
-// the script with EVAL in one more round trip, because a pipeline cannot
-// retry one command.
-type queued struct {
-	cmd   *redis.Cmd
-	rerun func() *redis.Cmd
-}
-
-func (b *Breaker) queue(ctx context.Context, pipe redis.Pipeliner, script *redis.Script, keys []string, args ...any) queued {
-	return queued{cmd: script.EvalSha(ctx, pipe, keys, args...),
-		rerun: func() *redis.Cmd { return script.Eval(ctx, b.rdb, keys, args...) }}
-}
-
-func (q *queued) reply() *redis.Cmd {
-	if q.rerun != nil && isNoScript(q.cmd.Err()) {
-		q.cmd, q.rerun = q.rerun(), nil
-	}
-	return q.cmd
-}
-
-// isNoScript reports whether err is Redis's NOSCRIPT. Inside a pipeline
-// the server's error arrives as it is, and is recognised by its code.
-func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
-}
-
 // AllowCall is an Allow queued on a pipeline (QueueAllow); Result reads
 // its reply once the pipeline has run.
 type AllowCall struct {
-	call      queued
+	call      redisbatch.ScriptCall
 	webhookID string
 }
 
@@ -280,18 +254,18 @@ func (b *Breaker) QueueAllow(ctx context.Context, pipe redis.Pipeliner, webhookI
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &AllowCall{call: b.queue(ctx, pipe, allowScript, b.keys(webhookID), allowArgs(cfg, now)...), webhookID: webhookID}, nil
+	return &AllowCall{call: redisbatch.QueueScript(ctx, pipe, b.rdb, allowScript, b.keys(webhookID), allowArgs(cfg, now)...), webhookID: webhookID}, nil
 }
 
 // Result is the queued Allow's outcome, as Allow returns it.
 func (c *AllowCall) Result() (Verdict, Transition, error) {
-	return allowResult(c.webhookID, c.call.reply())
+	return allowResult(c.webhookID, c.call.Reply())
 }
 
 // RecordCall is a Record queued on a pipeline (QueueRecord); Result reads
 // its reply once the pipeline has run.
 type RecordCall struct {
-	call      queued
+	call      redisbatch.ScriptCall
 	webhookID string
 }
 
@@ -301,12 +275,12 @@ func (b *Breaker) QueueRecord(ctx context.Context, pipe redis.Pipeliner, webhook
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &RecordCall{call: b.queue(ctx, pipe, recordScript, b.keys(webhookID), recordArgs(cfg, now, success, probe)...), webhookID: webhookID}, nil
+	return &RecordCall{call: redisbatch.QueueScript(ctx, pipe, b.rdb, recordScript, b.keys(webhookID), recordArgs(cfg, now, success, probe)...), webhookID: webhookID}, nil
 }
 
 // Result is the queued Record's outcome, as Record returns it.
 func (c *RecordCall) Result() (Transition, error) {
-	return recordResult(c.webhookID, c.call.reply())
+	return recordResult(c.webhookID, c.call.Reply())
 }
 
 // Pipeline returns a pipeline on the breaker's Redis client.

@@ -49,6 +49,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hookline/hookline/internal/redisbatch"
 )
 
 // unitsPerToken is the fixed-point scale of stored tokens: a bucket
@@ -113,16 +115,14 @@ func (l *Limiter) Take(ctx context.Context, now time.Time, buckets ...Bucket) (o
 	if err != nil {
 		return false, 0, err
 	}
-	return (&TakeCall{cmd: takeScript.Run(ctx, l.rdb, keys, args...), keys: keys}).Result()
+	return (&TakeCall{call: redisbatch.RunScript(ctx, l.rdb, takeScript, keys, args...), keys: keys}).Result()
 }
 
 // TakeCall is a Take queued on a pipeline (QueueTake); Result reads its
 // reply once the pipeline has run.
 type TakeCall struct {
-	cmd  *redis.Cmd
+	call redisbatch.ScriptCall
 	keys []string
-	// rerun: as ReserveCall's.
-	rerun func() *redis.Cmd
 }
 
 // QueueTake queues a Take of one token from every bucket on pipe, so that
@@ -136,16 +136,12 @@ func (l *Limiter) QueueTake(ctx context.Context, pipe redis.Pipeliner, now time.
 	if err != nil {
 		return nil, err
 	}
-	return &TakeCall{cmd: takeScript.EvalSha(ctx, pipe, keys, args...), keys: keys,
-		rerun: func() *redis.Cmd { return takeScript.Eval(ctx, l.rdb, keys, args...) }}, nil
+	return &TakeCall{call: redisbatch.QueueScript(ctx, pipe, l.rdb, takeScript, keys, args...), keys: keys}, nil
 }
 
 // Result is the queued Take's outcome, as Take returns it.
 func (c *TakeCall) Result() (ok bool, wait time.Duration, err error) {
-	if c.rerun != nil && isNoScript(c.cmd.Err()) {
-		c.cmd, c.rerun = c.rerun(), nil
-	}
-	res, err := c.cmd.Int64Slice()
+	res, err := c.call.Reply().Int64Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("rate limit take %s: %w", c.keys, err)
 	}

@@ -303,7 +303,7 @@ func TestQueueTakeAfterScriptFlush(t *testing.T) {
 		call, err := f.l.QueueTake(f.ctx, pipe, t0, b)
 		require.NoError(t, err)
 		_, _ = pipe.Exec(f.ctx)
-		metNoScript = isNoScript(call.cmd.Err())
+		metNoScript = call.call.MetNoScript()
 		ok, _, err := call.Result()
 		require.NoError(t, err)
 		require.True(t, ok)

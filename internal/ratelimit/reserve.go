@@ -2,11 +2,12 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hookline/hookline/internal/redisbatch"
 )
 
 // Reserve reserves one request in every bucket at now and returns when it
@@ -28,27 +29,22 @@ func (l *Limiter) Reserve(ctx context.Context, now time.Time, buckets ...Bucket)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return (&ReserveCall{cmd: reserveScript.Run(ctx, l.rdb, keys, args...), now: now, keys: keys}).Result()
+	return (&ReserveCall{call: redisbatch.RunScript(ctx, l.rdb, reserveScript, keys, args...), now: now, keys: keys}).Result()
 }
 
 // ReserveCall is a Reserve queued on a pipeline (QueueReserve); Result reads
 // its reply once the pipeline has run.
 type ReserveCall struct {
-	cmd  *redis.Cmd
+	call redisbatch.ScriptCall
 	now  time.Time
 	keys []string
-	// rerun sends the reservation again with EVAL, for a pipeline whose
-	// EVALSHA met an empty script cache; nil outside a pipeline.
-	rerun func() *redis.Cmd
 }
 
 // QueueReserve queues a Reserve in every bucket on pipe, so that it travels
 // to Redis with other calls in one round trip. With no bucket it returns
 // nil: nothing to reserve, send now.
 //
-// The reservation goes as EVALSHA, as a queued Take does: the script is
-// sent only when Redis has lost it (first use after a restart or SCRIPT
-// FLUSH), by Result, because a pipeline cannot retry one command.
+// The reservation goes by the script's digest (redisbatch.ScriptCall).
 func (l *Limiter) QueueReserve(ctx context.Context, pipe redis.Pipeliner, now time.Time, buckets ...Bucket) (*ReserveCall, error) {
 	if len(buckets) == 0 {
 		return nil, nil
@@ -57,12 +53,7 @@ func (l *Limiter) QueueReserve(ctx context.Context, pipe redis.Pipeliner, now ti
 	if err != nil {
 		return nil, err
 	}
-	return &ReserveCall{
-		cmd:   reserveScript.EvalSha(ctx, pipe, keys, args...),
-		now:   now,
-		keys:  keys,
-		rerun: func() *redis.Cmd { return reserveScript.Eval(ctx, l.rdb, keys, args...) },
-	}, nil
+	return &ReserveCall{call: redisbatch.QueueScript(ctx, pipe, l.rdb, reserveScript, keys, args...), now: now, keys: keys}, nil
 }
 
 // Result is the queued Reserve's outcome, as Reserve returns it. If Redis
@@ -70,10 +61,7 @@ func (l *Limiter) QueueReserve(ctx context.Context, pipe redis.Pipeliner, now ti
 // reservation itself in one more round trip (with the context given to
 // QueueReserve).
 func (c *ReserveCall) Result() (at time.Time, err error) {
-	if c.rerun != nil && isNoScript(c.cmd.Err()) {
-		c.cmd, c.rerun = c.rerun(), nil
-	}
-	ms, err := c.cmd.Int64()
+	ms, err := c.call.Reply().Int64()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("rate limit reserve %s: %w", c.keys, err)
 	}
@@ -81,14 +69,6 @@ func (c *ReserveCall) Result() (at time.Time, err error) {
 		return c.now, nil
 	}
 	return time.UnixMilli(ms), nil
-}
-
-// isNoScript reports whether err is Redis's NOSCRIPT: the script is not in
-// its cache and did not run. go-redis normalises it to ErrNoScript only
-// outside pipelines; inside one the server's error arrives as it is, and a
-// Redis error is recognised by its code, as Script.Run does.
-func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // CancelReservation gives back, in every bucket, the slot a Reserve returned

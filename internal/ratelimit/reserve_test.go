@@ -276,7 +276,7 @@ func TestQueueReserveAfterScriptFlush(t *testing.T) {
 		call, err := f.l.QueueReserve(f.ctx, pipe, t0, b)
 		require.NoError(t, err)
 		_, _ = pipe.Exec(f.ctx)
-		metNoScript = isNoScript(call.cmd.Err())
+		metNoScript = call.call.MetNoScript()
 		at, err := call.Result()
 		require.NoError(t, err)
 		require.Equal(t, t0, at)
