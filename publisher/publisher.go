@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,6 +22,7 @@ import (
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/supervisor"
 )
 
 // Config says where the hookline deployment's services are.
@@ -82,8 +82,7 @@ type Publisher struct {
 	pool   *pgxpool.Pool
 	rdb    *redis.Client
 	events *event.Service
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	parts  *supervisor.Group
 }
 
 // Open connects to the deployment and starts the background parts that get
@@ -120,20 +119,13 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	relay := outbox.NewRelay(pool, pub, cfg.Logger)
 	p.events = event.NewService(pool, p.rdb, cfg.RedisPrefix, dispatcher, cfg.Logger)
 
-	bg, stop := context.WithCancel(context.Background())
-	amqpCtx, stopAMQP := context.WithCancel(context.Background())
-	amqpDone := make(chan struct{})
-	p.stop = func() {
-		stop()
-		p.wg.Wait()
-		stopAMQP()
-		<-amqpDone
-	}
-	p.wg.Add(3)
-	go func() { defer p.wg.Done(); _ = p.events.Run(bg) }()
-	go func() { defer p.wg.Done(); _ = dispatcher.Run(bg) }()
-	go func() { defer p.wg.Done(); _ = relay.Run(bg) }()
-	go func() { defer close(amqpDone); _ = conn.Run(amqpCtx) }()
+	// Stopped in reverse: the group commit first, the broker connection
+	// last.
+	p.parts = supervisor.New(cfg.Logger)
+	p.parts.Go("rabbitmq", conn.Run)
+	p.parts.Go("outbox relay", relay.Run)
+	p.parts.Go("outbox dispatcher", dispatcher.Run)
+	p.parts.Go("group commit", p.events.Run)
 	return p, nil
 }
 
@@ -160,12 +152,22 @@ func (p *Publisher) PublishEvent(ctx context.Context, e Event) (Result, error) {
 }
 
 // Close stops the background parts (publishing what is buffered, for up to
-// a few seconds) and releases the connections.
+// closeWithin) and releases the connections. It returns the first error of
+// a part: one that failed while the publisher ran, or did not stop in time.
 func (p *Publisher) Close() error {
-	p.stop()
+	err := p.parts.Stop(closeWithin)
 	if p.rdb != nil {
 		_ = p.rdb.Close()
 	}
 	p.pool.Close()
-	return nil
+	return err
 }
+
+// closeWithin bounds Close: the outbox's last enqueues and the broker's
+// confirms.
+const closeWithin = 10 * time.Second
+
+// Check fails once a background part of the publisher has stopped on its
+// own (the publisher then no longer gets deliveries onto RabbitMQ); an
+// embedding process can make it part of its readiness.
+func (p *Publisher) Check(ctx context.Context) error { return p.parts.Check(ctx) }

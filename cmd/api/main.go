@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/secret"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/webhook"
 )
@@ -87,8 +87,10 @@ func run(ctx context.Context, args []string) error {
 	dispatcher := outbox.NewDispatcher(deps.PG, pub, log)
 	relay := outbox.NewRelay(deps.PG, pub, log)
 	events := event.NewService(deps.PG, deps.Redis, cfg.Redis.KeyPrefix, dispatcher, log)
+	parts := supervisor.New(log)
 	checks := deps.Checks()
 	checks["rabbitmq"] = pub.Check
+	checks["process"] = parts.Check
 	// /readyz names what is down; why goes to the log.
 	checks = checks.LogFailures(log)
 	metrics.Init(metrics.Process{Name: "api", Checks: checks})
@@ -114,33 +116,27 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	// Background parts stop after the HTTP server, so that events accepted
-	// during its drain still reach the dispatcher; the broker connection
-	// closes last.
-	amqpCtx, stopAMQP := context.WithCancel(context.Background())
-	amqpDone := make(chan error, 1)
-	go func() { amqpDone <- deps.AMQP.Run(amqpCtx) }()
-	defer func() { stopAMQP(); <-amqpDone }()
-	bgCtx, stopBG := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	for _, part := range []func(context.Context) error{events.Run, dispatcher.Run, relay.Run,
-		func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) },
-		// An ordered key whose release was lost with its worker.
-		func(ctx context.Context) error {
-			return delivery.RescueStalledKeys(ctx, deps.PG, log, 5*time.Second, 10*time.Second)
-		}} {
-		bg.Add(1)
-		go func() { defer bg.Done(); _ = part(bgCtx) }()
-	}
-	defer func() { stopBG(); bg.Wait() }()
-
 	throttle, err := httpapi.NewAuthThrottle(cfg.API, log)
 	if err != nil {
 		return err
 	}
 	httpSrv := newHTTPServer(cfg.API, throttle.Wrap(srv.Handler()))
+
+	// The parts stop in reverse: the HTTP server first, so that events
+	// accepted during its drain still reach the group commit and the outbox;
+	// the broker connection last.
+	parts.Go("rabbitmq", deps.AMQP.Run)
+	parts.Go("outbox relay", relay.Run)
+	parts.Go("outbox dispatcher", dispatcher.Run)
+	parts.Go("partitioner", func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) })
+	// An ordered key whose release was lost with its worker.
+	parts.Go("ordered-key rescue", func(ctx context.Context) error {
+		return delivery.RescueStalledKeys(ctx, deps.PG, log, 5*time.Second, 10*time.Second)
+	})
+	parts.Go("group commit", events.Run)
+	parts.Go("http", func(ctx context.Context) error { return process.Serve(ctx, httpSrv, cfg.ShutdownGrace.D()) })
 	log.Info("api listening", "addr", cfg.API.Addr, "database", process.RedactURL(cfg.Database.URL))
-	err = process.Serve(ctx, httpSrv, cfg.ShutdownGrace.D())
+	err = parts.Run(ctx, process.StopWithin(cfg))
 	log.Info("api stopped")
 	return err
 }

@@ -66,6 +66,14 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	partitions := func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }
 	batches := dlq.NewRunner(deps.PG, dispatcher, log, cfg.DLQ.BatchConcurrency, cfg.DLQ.BatchClaimTimeout.D())
 	batches.ConcurrencyPerTenant = cfg.DLQ.BatchConcurrencyPerTenant
-	return []process.Part{consumer.Run, dlq.NewSweeper(deps.PG, dispatcher, log).Run, gauges.Run, partitions,
-		dispatcher.Run, batches.Run, retention.New(deps.PG, cfg.Retention, log).Run}, nil
+	// The dispatcher stops after everything that creates deliveries.
+	return []process.Part{
+		{Name: "outbox dispatcher", Run: dispatcher.Run},
+		{Name: "dead-letter consumer", Run: consumer.Run},
+		{Name: "lost-delivery sweeper", Run: dlq.NewSweeper(deps.PG, dispatcher, log).Run},
+		{Name: "batch runner", Run: batches.Run},
+		{Name: "gauges", Run: gauges.Run},
+		{Name: "partitioner", Run: partitions},
+		{Name: "retention", Run: retention.New(deps.PG, cfg.Retention, log).Run},
+	}, nil
 }

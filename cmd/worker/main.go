@@ -63,5 +63,6 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 		Grace:       cfg.ShutdownGrace.D(),
 	}, w.Handle)
 	metrics.WorkerCapacity.Set(float64(cfg.Worker.Concurrency))
-	return []process.Part{func(ctx context.Context) error { return w.Serve(ctx, consumer.Run) }}, nil
+	checks["consumer"] = consumer.Check
+	return w.Parts(consumer.Run), nil
 }

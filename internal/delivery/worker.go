@@ -17,6 +17,7 @@ import (
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -103,43 +104,53 @@ const (
 	// acknowledgement.
 	loadWindow   = time.Millisecond
 	recordWindow = 5 * time.Millisecond
+	// serveStopWithin bounds Serve's stop: longer than a consumer's grace
+	// for its handlers plus the flush of the batches.
+	serveStopWithin = 30 * time.Second
 )
 
-// Serve runs consume (the queue consumer calling Handle) with the worker's
-// loader and attempt recorder around it: they start first and stop only
-// after consume has returned, so that attempts finishing during shutdown
-// are still recorded. The waker of parked deliveries runs beside them, and
-// so does the analyzer that keeps the plans of the worker's prepared
-// statements fit for the tables' sizes (see db.RunAnalyzer).
-func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
+// Parts are the worker's long-running parts, in the order they start,
+// consume (the queue consumer calling Handle) last: stopped in reverse, the
+// loader, the attempt recorder and the parker stop only after consume has
+// returned, so that attempts finishing during shutdown are still recorded.
+// The waker of parked deliveries runs beside them, and so does the analyzer
+// that keeps the plans of the worker's prepared statements fit for the
+// tables' sizes (see db.RunAnalyzer). The pool of generic plans, opened
+// here, closes when its part stops, after all the others.
+func (w *Worker) Parts(consume func(context.Context) error) []supervisor.Part {
+	var parts []supervisor.Part
 	if hot, err := db.GenericPlans(w.store.pool, hotConns); err == nil {
 		w.store.hot = hot
-		defer func() {
+		parts = append(parts, supervisor.Part{Name: "generic-plan pool", Run: func(ctx context.Context) error {
+			<-ctx.Done()
 			w.store.hot = w.store.pool
 			hot.Close()
-		}()
+			return nil
+		}})
 	} else {
 		w.log.Warn("hot-path statements planned at each execution", "error", err)
 	}
-	batchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{}, 6)
-	go func() { _ = w.loads.Run(batchCtx); done <- struct{}{} }()
-	go func() { _ = w.records.Run(batchCtx); done <- struct{}{} }()
-	go func() { _ = w.parks.Run(batchCtx); done <- struct{}{} }()
-	go func() { _ = w.waker.Run(ctx); done <- struct{}{} }()
-	go func() { _ = db.RunAnalyzer(ctx, w.store.pool, w.log); done <- struct{}{} }()
-	go func() {
-		if w.guard != nil {
-			_ = w.guard.Run(batchCtx)
-		}
-		done <- struct{}{}
-	}()
-	err := consume(ctx)
-	stop()
-	for range 6 {
-		<-done
+	parts = append(parts,
+		supervisor.Part{Name: "delivery loader", Run: w.loads.Run},
+		supervisor.Part{Name: "attempt recorder", Run: w.records.Run},
+		supervisor.Part{Name: "parker", Run: w.parks.Run},
+		supervisor.Part{Name: "parked-delivery waker", Run: w.waker.Run},
+		supervisor.Part{Name: "analyzer", Run: func(ctx context.Context) error { return db.RunAnalyzer(ctx, w.store.pool, w.log) }},
+	)
+	if w.guard != nil {
+		parts = append(parts, supervisor.Part{Name: "guard", Run: w.guard.Run})
 	}
-	return err
+	return append(parts, supervisor.Part{Name: "consumer", Run: consume})
+}
+
+// Serve runs the worker's Parts around consume until ctx ends or a part
+// fails, then stops them within serveStopWithin.
+func (w *Worker) Serve(ctx context.Context, consume func(context.Context) error) error {
+	g := supervisor.New(w.log)
+	for _, p := range w.Parts(consume) {
+		g.Go(p.Name, p.Run)
+	}
+	return g.Run(ctx, serveStopWithin)
 }
 
 // Handle is the queue.Handler.

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"sort"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,9 +67,7 @@ func TestParkedDeliveriesSurviveAWorkerKill(t *testing.T) {
 	waitFor(t, 30*time.Second, w1, func() bool {
 		return count(`SELECT count(*) FROM deliveries WHERE park_reason = 'rate_limited'`) >= 5
 	}, "deliveries to be parked for their slots")
-	require.NoError(t, w1.cmd.Process.Signal(syscall.SIGKILL))
-	<-w1.done
-	w1.done <- nil
+	w1.kill(t)
 
 	w2 := startWorker(t, dbURL, topo)
 	waitFor(t, 60*time.Second, w2, func() bool {

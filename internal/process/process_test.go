@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
@@ -113,9 +114,18 @@ func start(t *testing.T, name string, env ...string) *proc {
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-p.done
+		p.done <- <-p.done
 	})
 	return p
+}
+
+// kill stops the process with SIGKILL and waits until it is gone.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	err := <-p.done
+	p.done <- err
+	require.ErrorContains(t, err, "signal: killed")
 }
 
 // waitReady polls url until it answers 200.
@@ -252,9 +262,7 @@ func TestAcceptedEventsSurviveSIGKILL(t *testing.T) {
 		want += int(res["deliveries"].(float64))
 	}
 	require.Equal(t, 15, want)
-	require.NoError(t, api1.cmd.Process.Signal(syscall.SIGKILL))
-	<-api1.done
-	api1.done <- nil
+	api1.kill(t)
 	require.Zero(t, depth(t, topo), "the killed api published nothing")
 
 	addr2 := freeAddr(t)
@@ -359,9 +367,7 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the first attempt never arrived\n%s", w1.out)
 	}
-	require.NoError(t, w1.cmd.Process.Signal(syscall.SIGKILL))
-	<-w1.done
-	w1.done <- nil
+	w1.kill(t)
 
 	w2 := startWorker(t, dbURL, topo)
 	deadline := time.After(60 * time.Second)
@@ -480,9 +486,7 @@ FROM ev, webhooks w`, n)
 	waitFor(t, 30*time.Second, dlq1, func() bool {
 		return count(`SELECT processed FROM batch_operations WHERE id = $1`, id) >= n/3
 	}, "the batch to get a third of the way")
-	require.NoError(t, dlq1.cmd.Process.Signal(syscall.SIGKILL))
-	<-dlq1.done
-	dlq1.done <- nil
+	dlq1.kill(t)
 	atKill := count(`SELECT processed FROM batch_operations WHERE id = $1`, id)
 	require.Less(t, atKill, n, "killed before the end")
 
@@ -574,9 +578,7 @@ func TestStrictOrderSurvivesAWorkerKill(t *testing.T) {
 		postJSON(t, base+"/v1/events", key, fmt.Sprintf(`{"event_type": "order.updated", "data": {"n": %d}}`, i), http.StatusAccepted)
 	}
 	waitFor(t, 60*time.Second, workers[1], func() bool { return len(arrived()) >= n/2 }, "half of the events to arrive")
-	require.NoError(t, workers[0].cmd.Process.Signal(syscall.SIGKILL))
-	<-workers[0].done
-	workers[0].done <- nil
+	workers[0].kill(t)
 	waitFor(t, 120*time.Second, workers[1], func() bool {
 		got := arrived()
 		return len(got) > 0 && got[len(got)-1] == n-1
@@ -640,4 +642,44 @@ func TestSealedSecretsDeliverSigned(t *testing.T) {
 	require.NotContains(t, row, plain, "the secret is stored sealed")
 	require.NotContains(t, row, strings.TrimPrefix(plain, "whsec_"))
 	require.NotContains(t, row, "endpoint-credential-42", "custom header values are stored sealed")
+}
+
+// A worker is ready only while its consumer is subscribed: with its work
+// queue deleted under it, readiness names the consumer, and the worker is
+// ready again once the queue is back.
+func TestWorkerReadinessFollowsItsConsumer(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t, false)
+	topo := queuetest.NewTopology(t)
+	addr := freeAddr(t)
+	w := start(t, "worker", "DATABASE_URL="+dbURL, "METRICS_ADDR="+addr, "AMQP_PREFIX="+topo.Prefix)
+	waitReady(t, w, "http://"+addr+"/readyz")
+
+	queuetest.WithChannel(t, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(topo.WorkQueue("high"), false, false, false)
+		return err
+	})
+	waitStatus(t, w, "http://"+addr+"/readyz", http.StatusServiceUnavailable, `"down":["consumer"]`)
+	queuetest.WithChannel(t, topo.Declare)
+	waitReady(t, w, "http://"+addr+"/readyz")
+	stopWithSIGTERM(t, w)
+}
+
+// A part that fails stops the whole process with an error naming it: here
+// the operations server, whose port is taken.
+func TestAFailingPartStopsTheProcess(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t, false)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	w := start(t, "worker", "DATABASE_URL="+dbURL, "METRICS_ADDR="+taken.Addr().String(), "AMQP_PREFIX="+queuetest.NewTopology(t).Prefix)
+	select {
+	case err := <-w.done:
+		w.done <- err
+		require.Error(t, err)
+		require.Contains(t, w.out.String(), "operations server: serve "+taken.Addr().String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker kept running without its operations server\n%s", w.out)
+	}
 }

@@ -2,9 +2,11 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -58,6 +60,18 @@ type Consumer struct {
 	pub     *Publisher
 	cfg     ConsumerConfig
 	handler Handler
+	// consuming is set while a session is subscribed to every queue.
+	consuming atomic.Bool
+}
+
+// Check is a readiness check: it fails unless the consumer is subscribed to
+// all of its queues (before its first session, between sessions, and after
+// Run has returned).
+func (c *Consumer) Check(context.Context) error {
+	if !c.consuming.Load() {
+		return errors.New("not consuming")
+	}
+	return nil
 }
 
 // NewConsumer returns a consumer; Run starts it.
@@ -139,6 +153,8 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 		acks.Add(1)
 		go func() { defer acks.Done(); ackers[i].run(ackCtx) }()
 	}
+	c.consuming.Store(true)
+	defer c.consuming.Store(false)
 	var wg sync.WaitGroup
 	for range c.cfg.Concurrency {
 		wg.Add(1)

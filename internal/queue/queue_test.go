@@ -214,3 +214,29 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg strin
 		}
 	}
 }
+
+// The consumer is ready only while it is subscribed: a queue deleted under
+// it ends its subscription, and readiness fails until it has subscribed
+// again.
+func TestConsumerReadinessFollowsItsSubscription(t *testing.T) {
+	t.Parallel()
+	conn, topo, pub := setup(t)
+	c := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{}, newRecorder(1).handle)
+	require.Error(t, c.Check(context.Background()), "not ready before it runs")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	eventually(t, 10*time.Second, func() bool { return c.Check(ctx) == nil }, "the consumer never became ready")
+
+	queuetest.WithChannel(t, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(topo.WorkQueue("normal"), false, false, false)
+		return err
+	})
+	eventually(t, 10*time.Second, func() bool { return c.Check(ctx) != nil }, "still ready after its queue was deleted")
+	queuetest.WithChannel(t, topo.Declare)
+	eventually(t, 10*time.Second, func() bool { return c.Check(ctx) == nil }, "not ready again once its queue is back")
+
+	cancel()
+	<-done
+	require.Error(t, c.Check(context.Background()), "not ready after Run returned")
+}

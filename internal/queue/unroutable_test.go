@@ -13,18 +13,6 @@ import (
 	"github.com/hookline/hookline/internal/queue/queuetest"
 )
 
-// withChannel runs f on a channel of a connection of its own.
-func withChannel(t *testing.T, f func(ch *amqp.Channel) error) {
-	t.Helper()
-	c, err := amqp.Dial(queuetest.URL())
-	require.NoError(t, err)
-	defer c.Close()
-	ch, err := c.Channel()
-	require.NoError(t, err)
-	defer ch.Close()
-	require.NoError(t, f(ch))
-}
-
 // A message no queue is bound for is confirmed by the broker all the same,
 // and dropped: the publish must fail, so that the caller's fallback (the
 // outbox relay) applies, instead of the delivery waiting for ever on a
@@ -72,7 +60,7 @@ func TestUnroutablePublishFails(t *testing.T) {
 
 	// A dead letter whose queue is gone (unbound) is not lost silently
 	// either.
-	withChannel(t, func(ch *amqp.Channel) error { return ch.QueueUnbind(topo.DeadQueue(), "", topo.DeadExchange(), nil) })
+	queuetest.WithChannel(t, func(ch *amqp.Channel) error { return ch.QueueUnbind(topo.DeadQueue(), "", topo.DeadExchange(), nil) })
 	err = pub.PublishDead(ctx, queue.Message{ID: "dead", Body: []byte("{}")})
 	require.ErrorIs(t, err, queue.ErrUnroutable)
 }

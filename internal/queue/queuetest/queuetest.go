@@ -31,9 +31,9 @@ func NewTopology(t testing.TB) queue.Topology {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	topo := queue.Topology{Prefix: "test-" + hex.EncodeToString(b)}
-	withChannel(t, func(ch *amqp.Channel) error { return topo.Declare(ch) })
+	WithChannel(t, func(ch *amqp.Channel) error { return topo.Declare(ch) })
 	t.Cleanup(func() {
-		withChannel(t, func(ch *amqp.Channel) error { return topo.Delete(ch) })
+		WithChannel(t, func(ch *amqp.Channel) error { return topo.Delete(ch) })
 	})
 	return topo
 }
@@ -72,7 +72,7 @@ func WaitConnected(t testing.TB, c *queue.Conn) {
 func Depth(t testing.TB, name string) int {
 	t.Helper()
 	var n int
-	withChannel(t, func(ch *amqp.Channel) error {
+	WithChannel(t, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 		n = q.Messages
 		return err
@@ -80,7 +80,9 @@ func Depth(t testing.TB, name string) int {
 	return n
 }
 
-func withChannel(t testing.TB, f func(*amqp.Channel) error) {
+// WithChannel runs f on a channel of a connection of its own, failing t
+// when the broker cannot be reached or f fails.
+func WithChannel(t testing.TB, f func(*amqp.Channel) error) {
 	t.Helper()
 	conn, err := amqp.Dial(URL())
 	if err != nil {
