@@ -27,6 +27,9 @@ type Batcher[In, Out any] struct {
 	window  time.Duration
 	// collecting is held by the runner collecting a batch (with a window).
 	collecting chan struct{}
+	// stopped is closed when Run has returned: nothing takes requests any
+	// more.
+	stopped chan struct{}
 }
 
 type call[In, Out any] struct {
@@ -44,7 +47,7 @@ var ErrStopped = errors.New("batcher stopped")
 // with workers batches in flight.
 func New[In, Out any](fn Func[In, Out], maxBatch, workers int) *Batcher[In, Out] {
 	return &Batcher[In, Out]{fn: fn, in: make(chan *call[In, Out], maxBatch*workers*4), max: maxBatch, workers: workers,
-		collecting: make(chan struct{}, 1)}
+		collecting: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
 // Window makes a batch wait up to d after its first request for others to
@@ -59,7 +62,8 @@ func (b *Batcher[In, Out]) Window(d time.Duration) *Batcher[In, Out] {
 func (b *Batcher[In, Out]) Waiting() int { return len(b.in) }
 
 // Do queues one request and waits for its result. If ctx ends first the
-// request may still run.
+// request may still run. Once Run has returned, Do returns ErrStopped
+// (and the request does not run).
 func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := &call[In, Out]{in: in, done: make(chan struct{})}
 	var zero Out
@@ -67,19 +71,31 @@ func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	case b.in <- c:
 	case <-ctx.Done():
 		return zero, ctx.Err()
+	case <-b.stopped:
+		return zero, ErrStopped
 	}
 	select {
 	case <-c.done:
 		return c.out, c.err
 	case <-ctx.Done():
 		return zero, ctx.Err()
+	case <-b.stopped:
+		// Run returns only after the batches it took have run: a request
+		// not done by then was queued after the last runner left.
+		select {
+		case <-c.done:
+			return c.out, c.err
+		default:
+			return zero, ErrStopped
+		}
 	}
 }
 
 // Run runs batches until ctx ends and no request is waiting. Requests run
 // with a context that is not cancelled by ctx, so that a batch in progress
-// completes.
+// completes. Call it once.
 func (b *Batcher[In, Out]) Run(ctx context.Context) error {
+	defer close(b.stopped)
 	done := make(chan struct{})
 	for range b.workers {
 		go func() {

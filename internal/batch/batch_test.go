@@ -168,3 +168,44 @@ func TestWindowStopsWhenContextEnds(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// Once Run has returned, Do answers ErrStopped at once, even with a context
+// that never ends, and the request does not run; requests racing the stop
+// either run or get ErrStopped, never hang.
+func TestDoAfterStopReturnsErrStopped(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int64
+	b := New(func(_ context.Context, in []int) ([]int, error) { ran.Add(int64(len(in))); return in, nil }, 4, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Run(ctx) }()
+
+	var wg sync.WaitGroup
+	var done, refused atomic.Int64
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := b.Do(context.Background(), i)
+			switch {
+			case err == nil:
+				require.Equal(t, i, out)
+				done.Add(1)
+			case errors.Is(err, ErrStopped):
+				refused.Add(1)
+			default:
+				t.Errorf("Do: %v", err)
+			}
+		}()
+		if i == 100 {
+			cancel()
+		}
+	}
+	wg.Wait()
+	require.NoError(t, <-stopped)
+	require.Equal(t, int64(200), done.Load()+refused.Load())
+	require.Equal(t, done.Load(), ran.Load(), "a refused request never ran")
+
+	_, err := b.Do(context.Background(), 1)
+	require.ErrorIs(t, err, ErrStopped)
+}
