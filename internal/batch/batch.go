@@ -112,16 +112,11 @@ func (b *Batcher[In, Out]) Run(ctx context.Context) error {
 func (b *Batcher[In, Out]) loop(ctx context.Context) {
 	batch := make([]*call[In, Out], 0, b.max)
 	runCtx := context.WithoutCancel(ctx)
-	var timer *time.Timer
-	if b.window > 0 {
-		timer = time.NewTimer(b.window)
-		timer.Stop()
-	}
 	for {
 		if b.window > 0 {
 			b.collecting <- struct{}{}
 		}
-		batch = b.collect(ctx, batch[:0], timer)
+		batch = Collect(ctx, b.in, batch[:0], b.max, b.window)
 		if b.window > 0 {
 			<-b.collecting
 		}
@@ -132,24 +127,28 @@ func (b *Batcher[In, Out]) loop(ctx context.Context) {
 	}
 }
 
-// collect waits for a first request (none: ctx ended and nothing is
-// waiting), then takes those waiting, or those arriving within the window.
-func (b *Batcher[In, Out]) collect(ctx context.Context, batch []*call[In, Out], timer *time.Timer) []*call[In, Out] {
+// Collect appends to batch the next items of in, up to max: it waits for a
+// first item, then takes those waiting, or, with a window, those arriving
+// up to window after the first. Once ctx has ended it waits for nothing: it
+// takes what is waiting, and returns batch unchanged when nothing is (the
+// end of a drain).
+func Collect[T any](ctx context.Context, in <-chan T, batch []T, max int, window time.Duration) []T {
+	n := len(batch)
 	select {
-	case c := <-b.in:
+	case c := <-in:
 		batch = append(batch, c)
 	case <-ctx.Done():
 		select {
-		case c := <-b.in:
+		case c := <-in:
 			batch = append(batch, c)
 		default:
 			return batch
 		}
 	}
-	if timer == nil || ctx.Err() != nil {
-		for len(batch) < b.max {
+	if window <= 0 || ctx.Err() != nil {
+		for len(batch)-n < max {
 			select {
-			case c := <-b.in:
+			case c := <-in:
 				batch = append(batch, c)
 			default:
 				return batch
@@ -157,11 +156,11 @@ func (b *Batcher[In, Out]) collect(ctx context.Context, batch []*call[In, Out], 
 		}
 		return batch
 	}
-	timer.Reset(b.window)
+	timer := time.NewTimer(window)
 	defer timer.Stop()
-	for len(batch) < b.max {
+	for len(batch)-n < max {
 		select {
-		case c := <-b.in:
+		case c := <-in:
 			batch = append(batch, c)
 		case <-timer.C:
 			return batch

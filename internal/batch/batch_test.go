@@ -177,6 +177,7 @@ func TestDoAfterStopReturnsErrStopped(t *testing.T) {
 	var ran atomic.Int64
 	b := New(func(_ context.Context, in []int) ([]int, error) { ran.Add(int64(len(in))); return in, nil }, 4, 2)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	stopped := make(chan error, 1)
 	go func() { stopped <- b.Run(ctx) }()
 
@@ -208,4 +209,29 @@ func TestDoAfterStopReturnsErrStopped(t *testing.T) {
 
 	_, err := b.Do(context.Background(), 1)
 	require.ErrorIs(t, err, ErrStopped)
+}
+
+func TestCollect(t *testing.T) {
+	t.Parallel()
+	in := make(chan int, 10)
+	for i := range 5 {
+		in <- i
+	}
+	ctx := context.Background()
+	got := Collect(ctx, in, []int{-1}, 3, 0)
+	require.Equal(t, []int{-1, 0, 1, 2}, got, "max counts the items taken, not those already in batch")
+	require.Equal(t, []int{3, 4}, Collect(ctx, in, nil, 3, 0), "without a window it takes only what is waiting")
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	require.Empty(t, Collect(ended, in, nil, 3, time.Hour), "an ended context with nothing waiting returns at once")
+	in <- 7
+	in <- 8
+	require.Equal(t, []int{7, 8}, Collect(ended, in, nil, 3, time.Hour), "an ended context still drains, without waiting for the window")
+
+	go func() {
+		in <- 9
+		in <- 10
+	}()
+	require.Equal(t, []int{9, 10}, Collect(ctx, in, nil, 2, time.Hour), "a window ends early when the batch is full")
 }

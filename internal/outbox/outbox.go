@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/wire"
@@ -145,40 +146,19 @@ type confirmed struct {
 // loop takes batches until ctx ends, then until the buffer is empty or
 // drainCtx ends, publishes them and hands the confirmed ones to markLoop.
 func (d *Dispatcher) loop(ctx, drainCtx context.Context, marks chan<- confirmed) {
-	batch := make([]wire.Task, 0, maxBatch)
+	tasks := make([]wire.Task, 0, maxBatch)
 	for {
-		select {
-		case t := <-d.in:
-			batch = append(batch[:0], t)
-		case <-ctx.Done():
-			select {
-			case t := <-d.in:
-				batch = append(batch[:0], t)
-			default:
-				return
-			}
-		}
-		if drainCtx.Err() != nil {
+		tasks = batch.Collect(ctx, d.in, tasks[:0], maxBatch, batchWindow)
+		if len(tasks) == 0 || drainCtx.Err() != nil {
 			return
 		}
-		timer := time.NewTimer(batchWindow)
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case t := <-d.in:
-				batch = append(batch, t)
-			case <-timer.C:
-				break fill
-			}
-		}
-		timer.Stop()
-		err := publish(drainCtx, d.pub, batch)
+		err := publish(drainCtx, d.pub, tasks)
 		d.healthy.Store(err == nil && ctx.Err() == nil)
 		if err != nil {
-			d.log.Warn("post-commit publish failed; the relay will retry", "deliveries", len(batch), "error", err)
+			d.log.Warn("post-commit publish failed; the relay will retry", "deliveries", len(tasks), "error", err)
 			continue
 		}
-		marks <- confirmed{due: time.Now().Add(markDelay), tasks: slices.Clone(batch)}
+		marks <- confirmed{due: time.Now().Add(markDelay), tasks: slices.Clone(tasks)}
 	}
 }
 
