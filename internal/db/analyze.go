@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/supervisor"
 )
 
 // The delivery path runs its statements as prepared statements, which
@@ -79,9 +81,7 @@ func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 // RunAnalyzer calls AnalyzeStale at once and then every AnalyzeEvery until
 // ctx ends.
 func RunAnalyzer(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
-	tick := time.NewTicker(AnalyzeEvery)
-	defer tick.Stop()
-	for {
+	return supervisor.Every(ctx, 0, AnalyzeEvery, func(ctx context.Context) {
 		tables, err := AnalyzeStale(ctx, pool)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -89,12 +89,7 @@ func RunAnalyzer(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) erro
 		case len(tables) > 0:
 			log.Debug("table statistics refreshed", "tables", tables)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // GenericPlans returns a second pool on pool's database, of at most

@@ -21,6 +21,8 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/hookline/hookline/internal/supervisor"
 )
 
 //go:embed migrations/*.sql
@@ -153,16 +155,9 @@ func SchemaFingerprint() string {
 // RunPartitioner calls EnsurePartitions every hour until ctx ends, so that
 // a long-running deployment always has partitions two weeks ahead.
 func RunPartitioner(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
-	tick := time.NewTicker(time.Hour)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	return supervisor.Every(ctx, time.Hour, time.Hour, func(ctx context.Context) {
 		if err := EnsurePartitions(ctx, pool, 14); err != nil && ctx.Err() == nil {
 			log.Warn("attempt partitions not ensured", "error", err)
 		}
-	}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -136,24 +137,17 @@ LIMIT 100`
 // head of any order key whose release was lost; the outbox relay then
 // enqueues it (ReleaseNext leaves it unmarked and due).
 func RescueStalledKeys(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, interval, age time.Duration) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	return supervisor.Every(ctx, interval, interval, func(ctx context.Context) {
 		rows, err := pool.Query(ctx, stalledKeysSQL, age)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("stalled order keys not checked", "error", err)
 			}
-			continue
+			return
 		}
 		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			continue
+			return
 		}
 		for _, k := range keys {
 			if t, err := ReleaseNext(ctx, pool, k); err == nil && t != nil {
@@ -162,5 +156,5 @@ func RescueStalledKeys(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger
 					"delivery_id", t.DeliveryID.String())
 			}
 		}
-	}
+	})
 }

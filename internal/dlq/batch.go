@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -62,18 +63,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, r.Concurrency)
-	tick := time.NewTicker(r.Poll)
-	defer tick.Stop()
-	for {
+	return supervisor.Every(ctx, 0, r.Poll, func(ctx context.Context) {
 		if err := r.TrackOutcomes(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("batch outcomes not updated", "error", err)
 		}
-	claiming:
+		// Claim while a slot is free and a batch is waiting.
 		for {
 			select {
 			case slots <- struct{}{}:
 			default:
-				break claiming
+				return
 			}
 			c, ok, err := r.claim(ctx)
 			if err != nil || !ok {
@@ -81,7 +80,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				if err != nil && ctx.Err() == nil {
 					r.log.Warn("batch operations not claimed", "error", err)
 				}
-				break
+				return
 			}
 			wg.Add(1)
 			go func() {
@@ -90,12 +89,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				r.run(ctx, c)
 			}()
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // errLost means the batch was cancelled, or claimed by another process

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/supervisor"
 )
 
 // Gauges keeps the queue depth and DLQ size gauges current. One dlq process
@@ -39,18 +40,11 @@ GROUP BY d.tenant_id`
 
 // Run refreshes the gauges until ctx ends.
 func (g *Gauges) Run(ctx context.Context) error {
-	tick := time.NewTicker(g.Interval)
-	defer tick.Stop()
-	for {
+	return supervisor.Every(ctx, 0, g.Interval, func(ctx context.Context) {
 		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
 			g.log.Warn("gauges not refreshed", "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // Refresh reads the queue depths and the DLQ size once.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -75,26 +76,19 @@ RETURNING d.id, d.tenant_id, d.attempt_count, lost.enqueued_at`
 // Run sweeps until ctx ends: exhausted deliveries every Interval, lost
 // ones every LostInterval.
 func (s *Sweeper) Run(ctx context.Context) error {
-	tick := time.NewTicker(s.Interval)
-	defer tick.Stop()
 	lastLost := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	return supervisor.Every(ctx, s.Interval, s.Interval, func(ctx context.Context) {
 		if err := s.sweepExhausted(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("dead-letter sweep failed", "error", err)
 		}
 		if time.Since(lastLost) < s.LostInterval {
-			continue
+			return
 		}
 		lastLost = time.Now()
 		if err := s.sweepLost(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("lost delivery sweep failed", "error", err)
 		}
-	}
+	})
 }
 
 // Sweep runs each sweep once: exhausted deliveries, then lost ones.

@@ -21,6 +21,7 @@ import (
 	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -287,10 +288,8 @@ FROM deliveries WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('
 
 // Run relays until ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
-	tick := time.NewTicker(r.Interval)
-	defer tick.Stop()
 	var lastGauge time.Time
-	for {
+	return supervisor.Every(ctx, 0, r.Interval, func(ctx context.Context) {
 		for {
 			n, err := r.Pass(ctx)
 			if err != nil && ctx.Err() == nil {
@@ -304,12 +303,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.observeBacklog(ctx)
 			lastGauge = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // Pass republishes one batch of stale deliveries and reports how many.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/supervisor"
 )
 
 // ErrRunning means another process holds the retention lock and is running
@@ -69,18 +70,10 @@ type Report struct {
 // Run runs the job shortly after it starts, then every cfg.Interval, until
 // ctx ends. A failed run is logged and does not stop it.
 func (j *Job) Run(ctx context.Context) error {
-	timer := time.NewTimer(min(j.startDelay, j.cfg.Interval.D()))
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-		}
+	return supervisor.Every(ctx, min(j.startDelay, j.cfg.Interval.D()), j.cfg.Interval.D(), func(ctx context.Context) {
 		// Once logs its own outcome.
 		_, _ = j.Once(ctx, time.Now())
-		timer.Reset(j.cfg.Interval.D())
-	}
+	})
 }
 
 // cutoffs are the times before which data goes.

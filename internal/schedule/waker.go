@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -88,24 +89,17 @@ type parked struct {
 
 // Run wakes deliveries until ctx ends.
 func (w *Waker) Run(ctx context.Context) error {
-	tick := time.NewTicker(w.Interval)
-	defer tick.Stop()
-	for {
+	return supervisor.Every(ctx, 0, w.Interval, func(ctx context.Context) {
 		for {
 			n, err := w.Pass(ctx)
 			if err != nil && ctx.Err() == nil {
 				w.log.Warn("parked deliveries not woken; next pass retries", "error", err)
 			}
 			if err != nil || n < w.Batch {
-				break
+				return
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // Pass wakes one batch of due deliveries and reports how many rows it

@@ -137,3 +137,36 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+func TestEveryRunsPassesUntilTheContextEnds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	passes := make(chan time.Time, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- Every(ctx, 0, 20*time.Millisecond, func(context.Context) {
+			passes <- time.Now()
+			if len(passes) == 3 {
+				cancel()
+			}
+		})
+	}()
+	require.NoError(t, <-done)
+	require.Len(t, passes, 3, "no pass after the context ended")
+	first := <-passes
+	second := <-passes
+	require.GreaterOrEqual(t, second.Sub(first), 20*time.Millisecond, "passes are interval apart")
+}
+
+func TestEveryWithFirstZeroRunsAPassAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, Every(ctx, 0, time.Hour, func(context.Context) { cancel() }))
+}
+
+func TestEveryWaitsFirstAndStopsWithoutAPass(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, Every(ctx, time.Hour, time.Hour, func(context.Context) { t.Error("a pass ran after the context ended") }))
+}
