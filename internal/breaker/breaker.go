@@ -1,4 +1,4 @@
-// Package breaker is the per-webhook circuit breaker of SPEC section 7, kept
+// Package breaker is the per-webhook circuit breaker of docs/DESIGN.md §7, kept
 // in Redis so that every worker sees the same circuit.
 //
 // Each operation (Allow, Record, Snapshot) is one Lua script: the script
@@ -67,7 +67,7 @@ const (
 const defaultMaxSleepWindow = time.Hour
 
 // halfOpenRetryIn is how long a delivery that is not a probe is postponed
-// while the circuit is half-open (SPEC 7).
+// while the circuit is half-open (docs/DESIGN.md §7).
 const halfOpenRetryIn = 5 * time.Second
 
 // probeLease is how long a half-open period may wait for the results of its
@@ -78,27 +78,27 @@ const probeLease = 5 * time.Minute
 // ErrInvalidConfig is returned (wrapped) for a Config that Validate rejects.
 var ErrInvalidConfig = errors.New("invalid circuit breaker config")
 
-// Config is the breaker configuration of one webhook (SPEC 7). It is passed
+// Config is the breaker configuration of one webhook (docs/DESIGN.md §7). It is passed
 // on every call, so a changed webhook configuration applies at once.
 type Config struct {
 	// ErrorThresholdPercentage opens the circuit when at least this share
-	// of the outcomes in the window failed (1-100; SPEC default 60).
+	// of the outcomes in the window failed (1-100; default 60).
 	ErrorThresholdPercentage int
 	// MinimumThroughput is how many outcomes the window must hold before
-	// the error rate is considered (>= 1; SPEC default 20).
+	// the error rate is considered (>= 1; default 20).
 	MinimumThroughput int
 	// Window is the length of the sliding window, at one-second
-	// resolution: outcomes older than Window never count (>= 1 s; SPEC
+	// resolution: outcomes older than Window never count (>= 1 s;
 	// default 60 s).
 	Window time.Duration
 	// SleepWindow is how long a circuit stays open after it first opens
-	// (> 0; SPEC default 30 s).
+	// (> 0; default 30 s).
 	SleepWindow time.Duration
 	// HalfOpenMaxCalls is how many probes a half-open period allows (>= 1;
-	// SPEC default 5).
+	// default 5).
 	HalfOpenMaxCalls int
 	// HalfOpenSuccessThreshold is the share of HalfOpenMaxCalls that must
-	// succeed to close the circuit (1-100; SPEC default 60).
+	// succeed to close the circuit (1-100; default 60).
 	HalfOpenSuccessThreshold int
 	// MaxSleepWindow caps the doubling of the sleep window on each
 	// re-opening; 0 means 1 h. A value below SleepWindow means SleepWindow.

@@ -17,7 +17,7 @@ import (
 // t0 is the fake clock's origin; tests pass t0.Add(offset) as now.
 var t0 = time.UnixMilli(1_700_000_000_000)
 
-// testConfig is the SPEC 7 default configuration.
+// testConfig is the docs/DESIGN.md §7 default configuration.
 func testConfig() Config {
 	return Config{
 		ErrorThresholdPercentage: 60,

@@ -76,7 +76,7 @@ type DLQ struct {
 	BatchClaimTimeout Duration `yaml:"batch_claim_timeout"`
 }
 
-// Retention configures what the dlq process removes, and when (SPEC 14).
+// Retention configures what the dlq process removes, and when (docs/DESIGN.md §14).
 type Retention struct {
 	// Interval is how often the retention job runs. Default 1h.
 	Interval Duration `yaml:"interval"`

@@ -16,7 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/wire"
 )
 
-// Ordered delivery (SPEC 9). The deliveries of an ordered webhook carry an
+// Ordered delivery (docs/DESIGN.md §9). The deliveries of an ordered webhook carry an
 // order key: the webhook (strict) or the webhook and event type
 // (per_event_type). Only the first unfinished delivery of a key, in event
 // order, is ever attempted:

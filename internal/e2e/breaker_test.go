@@ -564,7 +564,7 @@ func TestPublishRateLimitAnswers429(t *testing.T) {
 // although no request is made. Retrying deliveries of an open circuit are
 // re-checked every backoff interval, so one broken webhook drains its
 // tenant's delivery budget and starves the tenant's healthy webhooks
-// (SPEC 8: the tenant limit counts requests across its webhooks).
+// (docs/DESIGN.md §8: the tenant limit counts requests across its webhooks).
 //
 // Tenant bucket: burst 20, 1 a minute. Webhook A (always 500) makes 3
 // requests and opens; webhook B must then still find a token.
@@ -678,7 +678,7 @@ func TestHalfOpenProbeLostToBusyHostIsNotStuck(t *testing.T) {
 }
 
 // Regression (internal/delivery/guard.go, transition and persistSQL, before
-// persistence was ordered by decision time): the state persisted to Postgres (the fallback for a Redis outage, SPEC 7, and what
+// persistence was ordered by decision time): the state persisted to Postgres (the fallback for a Redis outage, docs/DESIGN.md §7, and what
 // the health route reports while Redis is down) is written by whichever
 // worker's UPSERT lands last, not in the order of the transitions. The
 // worker whose Allow moved the circuit to half-open persists "half_open"

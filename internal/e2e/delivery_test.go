@@ -145,7 +145,7 @@ func TestPermanentFailureExhaustsAtOnce(t *testing.T) {
 }
 
 // An always-failing endpoint gets exactly max_attempts attempts, each no
-// earlier than scheduled and no later than the SPEC 5 tolerance, with the
+// earlier than scheduled and no later than the docs/DESIGN.md §5 tolerance, with the
 // backoff between them; then the delivery is exhausted and recorded by the
 // dlq.
 func TestAlwaysFailingEndpointIsExhaustedOnSchedule(t *testing.T) {

@@ -26,7 +26,7 @@ func requireUTCTimeNear(t *testing.T, v any, want time.Time, slack time.Duration
 	t.Helper()
 	s, ok := v.(string)
 	require.True(t, ok, "not a time string: %v", v)
-	require.True(t, strings.HasSuffix(s, "Z"), "time %q is not UTC (SPEC 16: times are RFC 3339 UTC strings)", s)
+	require.True(t, strings.HasSuffix(s, "Z"), "time %q is not UTC (docs/DESIGN.md §16: times are RFC 3339 UTC strings)", s)
 	got, err := time.Parse(time.RFC3339Nano, s)
 	require.NoError(t, err)
 	require.WithinDuration(t, want, got, slack)

@@ -34,7 +34,7 @@ func alertRules(t *testing.T) []metricstest.Rule {
 	return out
 }
 
-// The alerts of SPEC 13 and issue 7 are all there, and each has a
+// The alerts of docs/DESIGN.md §13 are all there, and each has a
 // severity, a summary, a description and a runbook that points to a
 // section of docs/OPERATIONS.md.
 func TestAlertsHaveSummaryAndRunbook(t *testing.T) {

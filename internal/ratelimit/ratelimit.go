@@ -1,4 +1,4 @@
-// Package ratelimit is the rate limits of SPEC section 8, kept in Redis so
+// Package ratelimit is the rate limits of docs/DESIGN.md §8, kept in Redis so
 // that every worker and API instance draws from the same buckets. It offers
 // two mechanisms over the same Limit, for two kinds of caller.
 //

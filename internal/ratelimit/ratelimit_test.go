@@ -59,7 +59,7 @@ func (f *fixture) requireRefused(wait time.Duration, now time.Time, buckets ...B
 	require.Equal(f.t, wait, got)
 }
 
-var webhookLimit = Limit{PerMinute: 100, Burst: 20} // SPEC 8 default: a token every 600 ms
+var webhookLimit = Limit{PerMinute: 100, Burst: 20} // docs/DESIGN.md §8 default: a token every 600 ms
 
 func TestBurstThenRefusedWithTheWait(t *testing.T) {
 	f := newFixture(t)

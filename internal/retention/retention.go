@@ -1,4 +1,4 @@
-// Package retention removes old data (SPEC 14). On each run it drops the
+// Package retention removes old data (docs/DESIGN.md §14). On each run it drops the
 // daily partitions of the attempt log that are entirely older than the
 // attempts age, deletes succeeded and cancelled deliveries of that age and
 // exhausted ones a retry has resolved, deletes events left without

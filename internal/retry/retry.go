@@ -1,4 +1,4 @@
-// Package retry is the retry policy of a delivery (SPEC section 6): it
+// Package retry is the retry policy of a delivery (docs/DESIGN.md §6): it
 // classifies failed attempts, decides whether another attempt follows, and
 // computes the backoff before it and the timeout of each attempt.
 //
@@ -17,7 +17,7 @@ import (
 // Category is a failure_category value, recorded with every failed attempt.
 type Category string
 
-// The failure categories of SPEC section 6.
+// The failure categories of docs/DESIGN.md §6.
 const (
 	// Timeout: the attempt's timeout elapsed before a response arrived.
 	Timeout Category = "timeout"
@@ -43,7 +43,7 @@ const (
 	SSRFBlocked Category = "ssrf_blocked"
 )
 
-// maxTLSRetries is how many times a TLS failure is retried (SPEC 6).
+// maxTLSRetries is how many times a TLS failure is retried (docs/DESIGN.md §6).
 const maxTLSRetries = 3
 
 // maxRetryAfter caps an absurd Retry-After.
@@ -53,7 +53,7 @@ const maxRetryAfter = 24 * time.Hour
 const maxDuration = time.Duration(math.MaxInt64)
 
 // minimumDelay is the smallest delay before retrying after a failure of the
-// category (SPEC 6); categories not listed have none.
+// category (docs/DESIGN.md §6); categories not listed have none.
 var minimumDelay = map[Category]time.Duration{
 	RateLimit: 60 * time.Second,
 	DNS:       5 * time.Second,
@@ -150,7 +150,7 @@ type Decision struct {
 	Reason string
 }
 
-// Decide applies SPEC 6: 2xx success; permanent statuses exhausted at once;
+// Decide applies docs/DESIGN.md §6: 2xx success; permanent statuses exhausted at once;
 // TLS (ssl) errors retry at most 3 times (so attempt 4 with ssl is
 // exhausted); otherwise retry while attempt < MaxAttempts. attempt is the
 // 1-based number of the attempt that produced o. rnd returns a float in
@@ -185,7 +185,7 @@ func exhausted(reason string) Decision {
 // meaningful on 429/503 — the caller passes 0 otherwise) replaces both the
 // computed delay and the minimum, capped at MaxDelay. Never negative.
 //
-// As the SPEC orders it, jitter comes after the cap, so a capped delay may
+// As docs/DESIGN.md §6 orders it, jitter comes after the cap, so a capped delay may
 // end up to 25 % above MaxDelay. n below 1 counts as 1; a nil rnd means no
 // jitter.
 func (p Policy) Backoff(n int, cat Category, retryAfter time.Duration, rnd func() float64) time.Duration {

@@ -13,7 +13,7 @@ import (
 	"github.com/hookline/hookline/internal/retry"
 )
 
-// defaultPolicy is the SPEC 6 default retry configuration.
+// defaultPolicy is the docs/DESIGN.md §6 default retry configuration.
 func defaultPolicy() retry.Policy {
 	return retry.Policy{
 		MaxAttempts:   5,
@@ -79,7 +79,7 @@ func TestCategoryOfStatus(t *testing.T) {
 	}
 }
 
-// permanentStatuses are the SPEC 6 statuses that go straight to the DLQ.
+// permanentStatuses are the docs/DESIGN.md §6 statuses that go straight to the DLQ.
 var permanentStatuses = []int{400, 401, 403, 404, 410, 413, 414, 415, 451}
 
 // retryableStatuses are non-2xx statuses that must be retried.

@@ -1,6 +1,6 @@
 package wire
 
-// Status is the state of a delivery (SPEC: pending, retrying, succeeded,
+// Status is the state of a delivery (docs/DESIGN.md §16: pending, retrying, succeeded,
 // exhausted; and cancelled, for a delivery whose webhook was deleted or
 // whose payload was removed). The database's CHECK constraint and its
 // trigger hold the same names and the same rule: a terminal status is
