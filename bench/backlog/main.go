@@ -72,10 +72,11 @@ func main() {
 	}
 	var received atomic.Int64
 	go func() {
-		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			received.Add(1)
-		}))
+		})}
+		_ = srv.Serve(ln)
 	}()
 
 	apiAddr := freeAddr()

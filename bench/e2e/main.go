@@ -60,7 +60,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	go func() { _ = http.Serve(ln, rc) }()
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
 
 	sys, err := system.Start(context.Background(), system.Options{Workers: *workers, WorkerConcurrency: *concurrency, Prefetch: *prefetch, MaxConnsPerHost: *perHost, Guard: *guard})
 	if err != nil {

@@ -110,7 +110,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer bin.Remove()
+	defer func() { _ = bin.Remove() }()
 	known, err := binaryNames(filepath.Join(bin.Dir, "worker"), strings.TrimPrefix(metricRepublishes, "hookline_"))
 	if err != nil {
 		return err

@@ -101,7 +101,7 @@ func run(hooks, hang, measured, rate int, d time.Duration, timeoutMS, concurrenc
 		if i >= hang {
 			h = rc.handler(i >= measured)
 		}
-		srv := &http.Server{Handler: h}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(ln) }()
 		urls = append(urls, "http://"+ln.Addr().String()+"/hook")

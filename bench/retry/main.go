@@ -38,7 +38,7 @@ func main() {
 		log.Fatal(err)
 	}
 	go func() {
-		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			mu.Lock()
 			seen[r.Header.Get("X-Webhook-Delivery")]++
@@ -47,7 +47,8 @@ func main() {
 			if k <= 2 {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}
-		}))
+		})}
+		_ = srv.Serve(ln)
 	}()
 
 	sys, err := system.Start(ctx, system.Options{Workers: 1, WorkerConcurrency: 256, Prefetch: 256, MaxConnsPerHost: 256})

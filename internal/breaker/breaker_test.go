@@ -439,7 +439,7 @@ func TestProbeSuccessesNeeded(t *testing.T) {
 func TestQueuedCallsAfterScriptFlush(t *testing.T) {
 	f := newFixture(t)
 	metAllow, metRecord := false, false
-	for i := 0; i < 100 && !(metAllow && metRecord); i++ {
+	for i := 0; i < 100 && (!metAllow || !metRecord); i++ {
 		id := fmt.Sprintf("flushed-%d", i)
 		require.NoError(t, f.rdb.ScriptFlush(f.ctx).Err())
 		pipe := f.b.Pipeline()

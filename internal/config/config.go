@@ -239,7 +239,7 @@ type PublishRateLimit struct {
 
 // devSecretKey is the public secret key of config/hookline.yaml, refused in
 // production.
-const devSecretKey = "ZGV2LW9ubHkta2V5LWRvLW5vdC11c2UtaW4tcHJvZCE="
+const devSecretKey = "ZGV2LW9ubHkta2V5LWRvLW5vdC11c2UtaW4tcHJvZCE=" //nolint:gosec // published on purpose so that Validate can refuse it
 
 // Default returns the configuration used when nothing else is said.
 func Default() Config {
@@ -248,7 +248,7 @@ func Default() Config {
 		LogLevel:    "info",
 		Database:    Database{URL: "postgres://postgres@127.0.0.1:5432/hookline?sslmode=disable", MaxConns: 32},
 		Redis:       Redis{URL: "redis://127.0.0.1:6379/0", KeyPrefix: "hookline:"},
-		AMQP:        AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefix: "hookline"},
+		AMQP:        AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefix: "hookline"}, //nolint:gosec // RabbitMQ's local-only default user
 		MetricsAddr: "127.0.0.1:9091",
 		Worker: Worker{
 			Concurrency:     256,
@@ -292,7 +292,7 @@ func Default() Config {
 func Load(path string, getenv func(string) string) (Config, error) {
 	cfg := Default()
 	if path != "" {
-		raw, err := os.ReadFile(path)
+		raw, err := os.ReadFile(path) //nolint:gosec // the operator names the file to read
 		if err != nil {
 			return Config{}, fmt.Errorf("read config file: %w", err)
 		}

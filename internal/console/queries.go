@@ -74,7 +74,7 @@ func idAt(t time.Time) uuid.UUID {
 	var id uuid.UUID
 	ms := uint64(t.UnixMilli())
 	for i := 0; i < 6; i++ {
-		id[i] = byte(ms >> (40 - 8*i))
+		id[i] = byte(ms >> (40 - 8*i)) //nolint:gosec // keeps the low 48 bits, one byte at a time
 	}
 	id[6] = 0x70
 	id[8] = 0x80

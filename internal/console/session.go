@@ -62,7 +62,7 @@ func (c *Console) encodeSession(s Session) string {
 	b = append(b, 1)
 	b = append(b, s.KeyID[:]...)
 	b = append(b, s.TenantID[:]...)
-	b = binary.BigEndian.AppendUint64(b, uint64(s.Expires.Unix()))
+	b = binary.BigEndian.AppendUint64(b, uint64(s.Expires.Unix())) //nolint:gosec // expiry times are after 1970
 	b = append(b, s.nonce[:]...)
 	b = append(b, c.mac("session", b)...)
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -83,7 +83,7 @@ func (c *Console) decodeSession(v string) (Session, error) {
 	var s Session
 	copy(s.KeyID[:], payload[1:17])
 	copy(s.TenantID[:], payload[17:33])
-	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[33:41])), 0)
+	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[33:41])), 0) //nolint:gosec // written by us from a positive Unix time and authenticated
 	copy(s.nonce[:], payload[41:57])
 	if !c.now().Before(s.Expires) {
 		return Session{}, errBadSession
@@ -107,7 +107,10 @@ func (c *Console) secure(r *http.Request) bool {
 }
 
 func (c *Console) setCookie(ctx *gin.Context, name, value string, maxAge int) {
-	http.SetCookie(ctx.Writer, &http.Cookie{Name: name, Value: value, Path: cookiePath, MaxAge: maxAge,
+	// Secure whenever the request came over TLS or the operator says so;
+	// a plain-HTTP console on localhost must still be able to sign in.
+	http.SetCookie(ctx.Writer, &http.Cookie{ //nolint:gosec // Secure is set by c.secure above
+		Name: name, Value: value, Path: cookiePath, MaxAge: maxAge,
 		Secure: c.secure(ctx.Request), HttpOnly: true, SameSite: http.SameSiteStrictMode})
 }
 

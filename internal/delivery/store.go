@@ -269,9 +269,10 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 		res := r.Response
 		ids[i], tenants[i], hooks[i] = r.DeliveryID, r.TenantID, r.WebhookID
 		created[i], scheduled[i], executed[i] = r.CreatedAt, r.ScheduledAt, r.ExecutedAt
+		//nolint:gosec // attempt numbers are at most max_attempts and durations at most the timeout
 		numbers[i], durations[i] = int32(r.Number), int32(res.Duration.Milliseconds())
 		if res.StatusCode != 0 {
-			c := int32(res.StatusCode)
+			c := int32(res.StatusCode) //nolint:gosec // an HTTP status code
 			codes[i] = &c
 		}
 		if res.Category != "" {

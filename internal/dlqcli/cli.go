@@ -26,7 +26,7 @@ const (
 // Environment variables read by Run.
 const (
 	envAPIURL = "HOOKLINE_API_URL"
-	envAPIKey = "HOOKLINE_API_KEY"
+	envAPIKey = "HOOKLINE_API_KEY" //nolint:gosec // the variable's name, not a key
 )
 
 // defaultAPIURL is the api used when neither -api nor HOOKLINE_API_URL is

@@ -77,7 +77,10 @@ func TestPublishReportsItsCommitAfterTheCallerGaveUp(t *testing.T) {
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
 	tenant := uuid.New()
 	_, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
 		VALUES ($1, 't', 1000, 100, 1000, 100)`, tenant)

@@ -196,8 +196,8 @@ func (s *Service) cached(ctx context.Context, tenantID uuid.UUID, key string, ha
 	if !bytes.Equal(c.Hash, hash) {
 		return Result{}, true, ErrIdempotencyConflict
 	}
-	c.Result.IdempotencyKey = key
-	c.Result.Replayed = true
+	c.IdempotencyKey = key
+	c.Replayed = true
 	return c.Result, true, nil
 }
 

@@ -176,7 +176,7 @@ func (w *walker) hex4(at int) (rune, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseUint(string(w.raw[at:at+4]), 16, 32)
-	return rune(n), err == nil
+	return rune(n), err == nil //nolint:gosec // four hex digits: at most 0xFFFF
 }
 
 // path is the path of the current value; with key, of its object.

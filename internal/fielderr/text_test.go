@@ -80,6 +80,6 @@ func TestJSONTextBounds(t *testing.T) {
 	require.NotNil(t, err)
 	require.True(t, strings.HasPrefix(err.Field, "d[0][0]"))
 	for _, in := range []string{`"`, `"\`, `"\u`, `"\u00`, `"\ud800\`, `"\ud800\u`, `{"`, `{"a`, "\"\xe2"} {
-		require.NotPanics(t, func() { fielderr.JSONText("x", []byte(in)) }, "%q", in)
+		require.NotPanics(t, func() { _ = fielderr.JSONText("x", []byte(in)) }, "%q", in)
 	}
 }

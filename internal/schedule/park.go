@@ -102,7 +102,7 @@ func Park(ctx context.Context, db querier, ps []Parking) ([]bool, error) {
 	ids, reasons := make([]uuid.UUID, len(sorted)), make([]string, len(sorted))
 	until, attempts := make([]*time.Time, len(sorted)), make([]int32, len(sorted))
 	for i, p := range sorted {
-		ids[i], reasons[i], until[i], attempts[i] = p.DeliveryID, string(p.Reason), p.Until, int32(p.Attempt-1)
+		ids[i], reasons[i], until[i], attempts[i] = p.DeliveryID, string(p.Reason), p.Until, int32(p.Attempt-1) //nolint:gosec // attempt numbers are at most max_attempts
 	}
 	rows, err := db.Query(ctx, parkSQL, ids, reasons, until, attempts)
 	if err != nil {

@@ -114,7 +114,7 @@ func Postgres(ctx context.Context, url string, conns int, d time.Duration) (floa
 	if err != nil {
 		return 0, err
 	}
-	cfg.MaxConns = int32(conns)
+	cfg.MaxConns = int32(conns) //nolint:gosec // a connection count from a flag
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return 0, err
