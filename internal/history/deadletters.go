@@ -126,11 +126,14 @@ const deadLettersSQL = `SELECT ` + deliveryColumns + `,
 FROM deliveries d JOIN events e ON e.id = d.event_id
 WHERE ` + DeadLetterWhere + `
   AND (@include_retried OR ` + NotRetried + `)
-  AND (@after::uuid IS NULL OR d.id > @after::uuid)
-ORDER BY d.id
+  AND (@after::uuid IS NULL OR (d.completed_at, d.id) >
+       (SELECT a.completed_at, a.id FROM deliveries a WHERE a.id = @after::uuid AND a.tenant_id = @tenant_id))
+ORDER BY d.completed_at, d.id
 LIMIT @limit`
 
-// DeadLetters returns a page of the tenant's DLQ, oldest first.
+// DeadLetters returns a page of the tenant's DLQ in the order its
+// deliveries were exhausted, oldest first; q.After is the last delivery of
+// the previous page.
 func (r *Reader) DeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLetterQuery) ([]DeadLetter, error) {
 	args := q.Filter.Args(tenantID)
 	args["include_retried"], args["after"], args["limit"] = q.IncludeRetried, q.After, q.Limit

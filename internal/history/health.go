@@ -11,15 +11,17 @@ import (
 
 // Health is a webhook's recent delivery record.
 type Health struct {
-	WindowSeconds    int              `json:"window_seconds"`
-	Attempts         int              `json:"attempts"`
-	Successes        int              `json:"successes"`
-	SuccessRate      *float64         `json:"success_rate"`
-	LatencyMS        LatencyMS        `json:"latency_ms"`
-	ErrorsByCategory map[string]int   `json:"errors_by_category"`
-	LastSuccessAt    *time.Time       `json:"last_success_at"`
-	Postponements    int64            `json:"postponements"`
-	Deliveries       map[string]int64 `json:"deliveries"`
+	WindowSeconds    int            `json:"window_seconds"`
+	Attempts         int            `json:"attempts"`
+	Successes        int            `json:"successes"`
+	SuccessRate      *float64       `json:"success_rate"`
+	LatencyMS        LatencyMS      `json:"latency_ms"`
+	ErrorsByCategory map[string]int `json:"errors_by_category"`
+	// LastSuccessAt is the last success at any time, not only in the
+	// window; the API shows it beside the window, not inside it.
+	LastSuccessAt *time.Time       `json:"-"`
+	Postponements int64            `json:"postponements"`
+	Deliveries    map[string]int64 `json:"deliveries"`
 }
 
 // LatencyMS are attempt duration percentiles.
@@ -34,9 +36,9 @@ const healthWindow = time.Hour
 const (
 	healthAttemptsSQL = `SELECT count(*),
     count(*) FILTER (WHERE status_code BETWEEN 200 AND 299),
-    percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms),
-    percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms),
-    percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms),
+    round(percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms)::numeric, 1)::float8,
+    round(percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms)::numeric, 1)::float8,
+    round(percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms)::numeric, 1)::float8,
     max(executed_at) FILTER (WHERE status_code BETWEEN 200 AND 299)
 FROM delivery_attempts WHERE webhook_id = $1 AND executed_at >= $2`
 	healthCategoriesSQL = `SELECT failure_category, count(*) FROM delivery_attempts

@@ -43,6 +43,9 @@ type Delivery struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	CompletedAt *time.Time `json:"completed_at"`
+	// DeadLetteredAt is when the dlq process recorded the exhausted
+	// delivery from the dead-letter queue; null before that.
+	DeadLetteredAt *time.Time `json:"dead_lettered_at"`
 }
 
 // Detail is a delivery with every attempt, oldest first.
@@ -74,7 +77,7 @@ func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
 
 const deliveryColumns = `d.id, d.event_id, d.webhook_id, e.event_type, d.status, d.priority, d.attempt_count,
     d.postponed_count, d.last_status_code, d.last_error, d.failure_category, d.next_attempt_at, d.park_reason, d.retry_of,
-    d.created_at, d.updated_at, d.completed_at`
+    d.created_at, d.updated_at, d.completed_at, d.dead_lettered_at`
 
 const (
 	getDeliverySQL = `SELECT ` + deliveryColumns + `
@@ -167,7 +170,16 @@ func scanDelivery(row pgx.Row, extra ...any) (Delivery, error) {
 	var d Delivery
 	err := row.Scan(append([]any{&d.ID, &d.EventID, &d.WebhookID, &d.EventType, &d.Status, &d.Priority, &d.AttemptCount,
 		&d.PostponedCount, &d.LastStatusCode, &d.LastError, &d.FailureCategory, &d.NextAttemptAt, &d.WaitingFor, &d.RetryOf,
-		&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt}, extra...)...)
+		&d.CreatedAt, &d.UpdatedAt, &d.CompletedAt, &d.DeadLetteredAt}, extra...)...)
 	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+	d.CompletedAt, d.DeadLetteredAt = utcOrNil(d.CompletedAt), utcOrNil(d.DeadLetteredAt)
 	return d, err
+}
+
+func utcOrNil(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }

@@ -75,7 +75,7 @@ func (s *Server) webhookHealth(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"webhook_id": w.ID, "active": w.Active, "circuit_breaker": cv, "recent": h,
-		"last_success_at": h.LastSuccessAt, "postponements": h.Postponements})
+		"last_success_at": h.LastSuccessAt})
 }
 
 type circuitAction struct {

@@ -52,33 +52,41 @@ func TestDLQListFiltersAndPages(t *testing.T) {
 	otherTenant, otherKey := e.tenantKey("other")
 	o := e.createWebhook(otherKey, map[string]any{})["id"].(string)
 	e.seedDelivery(otherTenant, o, "order.created", "exhausted", "server_error", late)
+	// Created last, exhausted first: the DLQ is in the order of exhaustion.
+	d0 := e.seedDelivery(tenantID, b, "order.paid", "exhausted", "timeout", early.Add(-time.Hour))
 
 	list := func(query string) resp {
 		r := e.do("GET", "/v1/dlq"+query, key, nil)
 		require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 		return r
 	}
-	require.Equal(t, []string{d1, d2, d3}, ids(list("")), "only the tenant's exhausted deliveries, oldest first")
+	require.Equal(t, []string{d0, d1, d2, d3}, ids(list("")),
+		"only the tenant's exhausted deliveries, first exhausted first, then by id")
 	require.Equal(t, []string{d1, d2}, ids(list("?webhook_id="+a)))
-	require.Equal(t, []string{d1, d2, d3}, ids(list("?webhook_id="+a+","+b)))
+	require.Equal(t, []string{d0, d1, d2, d3}, ids(list("?webhook_id="+a+","+b)))
 	require.Equal(t, []string{d1, d3}, ids(list("?event_type=order.created")))
-	require.Equal(t, []string{d2}, ids(list("?failure_category=timeout")))
+	require.Equal(t, []string{d0, d2}, ids(list("?failure_category=timeout")))
 	require.Equal(t, []string{d1, d3}, ids(list("?failure_category=server_error&failure_category=unknown")))
 	require.Equal(t, []string{d2, d3}, ids(list("?from="+url.QueryEscape(early.Add(time.Hour).Format(time.RFC3339)))))
-	require.Equal(t, []string{d1}, ids(list("?to="+url.QueryEscape(early.Add(time.Hour).Format(time.RFC3339)))))
+	require.Equal(t, []string{d0, d1}, ids(list("?to="+url.QueryEscape(early.Add(time.Hour).Format(time.RFC3339)))))
 
-	first := list("?limit=2")
-	require.Equal(t, []string{d1, d2}, ids(first))
-	next := first.Body["next_cursor"].(string)
-	require.NotEmpty(t, next)
-	last := list("?limit=2&cursor=" + next)
-	require.Equal(t, []string{d3}, ids(last))
-	require.Empty(t, last.Body["next_cursor"])
+	var paged []string
+	cursor := ""
+	for pages := 0; pages < 4; pages++ {
+		page := list("?limit=1" + cursor)
+		paged = append(paged, ids(page)...)
+		next, _ := page.Body["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = "&cursor=" + next
+	}
+	require.Equal(t, []string{d0, d1, d2, d3}, paged, "pages of one follow the order of exhaustion")
 
 	counts := e.do("GET", "/v1/dlq/counts", key, nil)
 	require.Equal(t, http.StatusOK, counts.Status)
-	require.Equal(t, 3.0, counts.Body["total"])
-	require.Equal(t, map[string]any{"server_error": 1.0, "timeout": 1.0, "unknown": 1.0}, counts.Body["by_category"])
+	require.Equal(t, 4.0, counts.Body["total"])
+	require.Equal(t, map[string]any{"server_error": 1.0, "timeout": 2.0, "unknown": 1.0}, counts.Body["by_category"])
 	counts = e.do("GET", "/v1/dlq/counts?webhook_id="+a, key, nil)
 	require.Equal(t, 2.0, counts.Body["total"])
 
