@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL, Redis and RabbitMQ answer on their default local
-# ports, starting the Debian-installed servers that do not, and creates the
-# hookline database. Used by `make run`, `make test` and .ci/run.
+# ports, starting the servers that do not, and creates the hookline
+# database. Used by `make run`, `make test` and .ci/run.
+#
+# Programs that are missing are installed from Debian's packages, all in
+# one apt-get install, when this is Debian and we are root; anywhere else
+# the script prints the command to run and stops. With --test it also
+# brings what the tests need besides the services: gcc (the race
+# detector), Chromium (the console's browser test) and promtool (the alert
+# rule checks); the last two are optional, their tests skip without them.
 set -euo pipefail
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -17,23 +24,92 @@ wait_for() { # name, seconds, command...
   log "$name did not come up within ${secs}s"; return 1
 }
 
-need() {
-  command -v "$1" >/dev/null 2>&1 || {
-    log "$1 is not installed; on Debian: apt-get install -y $2"; exit 1; }
+pg_version() { ls /etc/postgresql | head -n1; }
+
+for_tests=0
+case ${1:-} in
+  --test) for_tests=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
+
+# What to install: needed packages (nothing works without them) and
+# optional ones (only some tests need them).
+needed=() optional=() missing=()
+add() { # array, package
+  local -n list=$1
+  [[ " ${list[*]} " == *" $2 "* ]] || list+=("$2")
 }
+want() { # program, package: needed unless the program is on PATH
+  command -v "$1" >/dev/null 2>&1 || { add needed "$2"; add missing "$1"; }
+}
+port_open 5432 || want pg_ctlcluster postgresql
+want pg_isready postgresql-client
+want psql postgresql-client
+port_open 6379 || want redis-server redis-server
+want redis-cli redis-tools
+port_open 5672 || want rabbitmq-server rabbitmq-server
+want jq jq # the README's examples
+want curl curl
+if [ "$for_tests" = 1 ]; then
+  want gcc gcc
+  [ -e /usr/include/stdio.h ] || { add needed libc6-dev; add missing "C headers"; }
+  [ -x /usr/bin/chromium ] || add optional chromium
+  command -v promtool >/dev/null 2>&1 || add optional prometheus
+fi
+
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  local cmd=(apt-get install -y --no-install-recommends "$@")
+  "${cmd[@]}" >&2 && return 0
+  # A fresh machine may have no package lists yet, or stale ones.
+  log "apt-get install failed; updating the package lists and trying again"
+  apt-get update >&2 && "${cmd[@]}" >&2
+}
+
+installed_pg=0
+packages=("${needed[@]}" "${optional[@]}")
+if [ "${#packages[@]}" -gt 0 ]; then
+  if [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log "installing ${packages[*]} with apt-get"
+    apt_install "${packages[@]}" || { log "could not install ${packages[*]}"; exit 1; }
+    if [[ " ${needed[*]} " == *" postgresql "* ]]; then installed_pg=1; fi
+  else
+    sudo=; [ "$(id -u)" = 0 ] || sudo="sudo "
+    cmd="${sudo}apt-get install -y --no-install-recommends ${packages[*]}"
+    [ -f /etc/debian_version ] || cmd="$cmd (or your system's packages for them)"
+    if [ "${#needed[@]}" -gt 0 ]; then
+      log "${missing[*]}: not installed; run: $cmd"
+      exit 1
+    fi
+    log "${optional[*]}: not installed, the tests that need them will skip; run: $cmd"
+  fi
+fi
+
+# A cluster installed just now: local TCP connections need no password, as
+# the default URLs (postgres://postgres@127.0.0.1:5432/...) expect. An
+# existing installation's authentication is left as it is.
+if [ "$installed_pg" = 1 ]; then
+  hba=/etc/postgresql/$(pg_version)/main/pg_hba.conf
+  log "trusting local TCP connections in $hba"
+  { printf '# local development (deploy/local/services.sh): TCP from this machine needs no password\n'
+    printf 'host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n\n'
+    cat "$hba"; } >"$hba.new"
+  cat "$hba.new" >"$hba" # keeps the file's owner and mode
+  rm -f "$hba.new"
+  # Started by the package (systemd machines): read the new rules.
+  if port_open 5432; then pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main reload; fi
+fi
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
 if ! port_open 5432; then
-  need pg_ctlcluster postgresql
   log "starting PostgreSQL"
-  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+  pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main start
 fi
-need pg_isready postgresql-client
 wait_for PostgreSQL 60 pg_up
 
 redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG; }
 if ! port_open 6379; then
-  need redis-server redis-server
   log "starting Redis"
   mkdir -p /var/lib/redis /var/log/redis
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
@@ -43,13 +119,14 @@ wait_for Redis 30 redis_up
 
 rabbit_up() { port_open 5672; }
 if ! port_open 5672; then
-  need rabbitmq-server rabbitmq-server
   log "starting RabbitMQ"
   rabbitmq-server -detached
-fi
-wait_for RabbitMQ 120 rabbit_up
-if command -v rabbitmqctl >/dev/null 2>&1; then
-  timeout 120 rabbitmqctl -q await_startup >/dev/null 2>&1 || log "rabbitmqctl await_startup did not confirm; continuing"
+  wait_for RabbitMQ 120 rabbit_up
+  if command -v rabbitmqctl >/dev/null 2>&1; then
+    timeout 120 rabbitmqctl -q await_startup >/dev/null 2>&1 || log "rabbitmqctl await_startup did not confirm; continuing"
+  fi
+else
+  log "RabbitMQ is up"
 fi
 
 db=${HOOKLINE_DB:-hookline}
