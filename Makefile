@@ -1,13 +1,18 @@
 # hookline: `make run` starts everything, `make test` runs every test.
+# Both install what they need first when it is missing (Debian, as root).
 GO ?= go
+GOLANGCI_LINT_VERSION := 2.15.0
+GOLANGCI_LINT := bin/tools/golangci-lint
+# Go's own installer puts it in /usr/local/go/bin, not always on PATH.
+export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: run test build vet services
+.PHONY: run test build vet lint services test-services
 
 run:
 	bash deploy/local/run.sh
 
-test: services
-	$(GO) vet ./...
+# Services and test tools first, then vet, lint and the tests.
+test: test-services vet lint
 	$(GO) test -race -count=1 -timeout 10m ./...
 
 build:
@@ -16,5 +21,18 @@ build:
 vet:
 	$(GO) vet ./...
 
+# golangci-lint at the pinned version, built into bin/tools on first use,
+# with the settings in .golangci.yml.
+lint:
+	@$(GOLANGCI_LINT) version 2>/dev/null | grep -q ' $(GOLANGCI_LINT_VERSION) ' || \
+		{ echo "installing golangci-lint v$(GOLANGCI_LINT_VERSION) into bin/tools" >&2; \
+		GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$(GOLANGCI_LINT_VERSION); }
+	$(GOLANGCI_LINT) run ./...
+
+# PostgreSQL, Redis and RabbitMQ up, with the hookline database.
 services:
 	bash deploy/local/services.sh
+
+# The same, plus gcc, Chromium and promtool for the tests.
+test-services:
+	bash deploy/local/services.sh --test
