@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -38,20 +39,29 @@ const dlqSizeSQL = `SELECT d.tenant_id, count(*) FROM deliveries d
 WHERE d.status = 'exhausted' AND NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id)
 GROUP BY d.tenant_id`
 
-// Run refreshes the gauges until ctx ends.
+// Run refreshes the gauges until ctx ends. While the broker is not
+// connected (at start, or during an outage the connection and readiness
+// already report) the queue depths wait and the DLQ size is still read.
 func (g *Gauges) Run(ctx context.Context) error {
 	return supervisor.Every(ctx, 0, g.Interval, func(ctx context.Context) {
-		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
+		err := g.Refresh(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, queue.ErrNotConnected):
+			g.log.Debug("queue depths not refreshed", "error", err)
+		default:
 			g.log.Warn("gauges not refreshed", "error", err)
 		}
 	})
 }
 
-// Refresh reads the queue depths and the DLQ size once.
+// Refresh reads the queue depths and the DLQ size once; a failure of one
+// does not keep the other from being read.
 func (g *Gauges) Refresh(ctx context.Context) error {
-	if err := g.queues(); err != nil {
-		return err
-	}
+	return errors.Join(g.queues(), g.dlqSize(ctx))
+}
+
+func (g *Gauges) dlqSize(ctx context.Context) error {
 	rows, err := g.pool.Query(ctx, dlqSizeSQL)
 	if err != nil {
 		return fmt.Errorf("count exhausted deliveries: %w", err)
