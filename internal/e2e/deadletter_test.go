@@ -19,29 +19,13 @@ import (
 	"github.com/hookline/hookline/internal/wire"
 )
 
-func publishRaw(t *testing.T, exchange, key string, msg amqp.Publishing) {
-	t.Helper()
-	conn, err := amqp.Dial(queuetest.URL())
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	defer ch.Close()
-	require.NoError(t, ch.Confirm(false))
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, false, false, msg)
-	require.NoError(t, err)
-	ok, err := dc.WaitContext(context.Background())
-	require.NoError(t, err)
-	require.True(t, ok)
-}
-
 // A message no worker can read goes to the dead-letter queue at once, and
 // the dlq process takes it off (logged), instead of circulating.
 func TestMalformedMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	before := testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed"))
-	publishRaw(t, s.topo.WorkExchange(), "normal", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("not a task")})
+	queuetest.Publish(t, s.topo.WorkExchange(), "normal", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("not a task")})
 	eventually(t, 15*time.Second, func() bool {
 		return testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed")) > before
 	}, "the dlq took the malformed message")
@@ -76,7 +60,7 @@ func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: tenantID,
 		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
 	m := task.Message(time.Time{})
-	publishRaw(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
+	queuetest.Publish(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
 		Headers: amqp.Table{"x-delivery-count": int64(20)}})
 	s.waitStatus(id, "exhausted", 15*time.Second)
 	var lastErr string

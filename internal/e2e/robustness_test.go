@@ -142,7 +142,7 @@ func TestPanickingMessageExhaustsItsDelivery(t *testing.T) {
 	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: s.tenantID,
 		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
 	m := task.Message(time.Time{})
-	publishRaw(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
+	queuetest.Publish(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
 		Headers: amqp.Table{queue.HeaderPanics: int64(3), queue.HeaderPanic: "runtime error: invalid memory address or nil pointer dereference"}})
 	s.waitStatus(id, "exhausted", 15*time.Second)
 	releaseOnce()

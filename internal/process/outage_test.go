@@ -73,7 +73,7 @@ func TestLongPostgresOutageKeepsDeliveriesWaiting(t *testing.T) {
 	// The same delivery's message as it comes back after an hour of
 	// put-backs, 720 of them.
 	m := task.Message(time.Time{})
-	publish(t, topo.WorkExchange(), task.Priority, amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: m.ID, Body: m.Body,
+	queuetest.Publish(t, topo.WorkExchange(), task.Priority, amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: m.ID, Body: m.Body,
 		Headers: amqp.Table{"x-internal-retries": int64(720), "x-internal-since": time.Now().Add(-61 * time.Minute).UnixMilli()}})
 
 	// Put back for 30 s (the longest wait), it sits in the 25.6 s delay
@@ -104,21 +104,4 @@ func TestLongPostgresOutageKeepsDeliveriesWaiting(t *testing.T) {
 	require.False(t, dead)
 	require.Equal(t, int64(1), hits.Load())
 	require.Zero(t, queuetest.Depth(t, topo.DeadQueue()))
-}
-
-// publish sends one raw message with a confirm.
-func publish(t *testing.T, exchange, key string, msg amqp.Publishing) {
-	t.Helper()
-	conn, err := amqp.Dial(queuetest.URL())
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	defer ch.Close()
-	require.NoError(t, ch.Confirm(false))
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, true, false, msg)
-	require.NoError(t, err)
-	ok, err := dc.WaitContext(context.Background())
-	require.NoError(t, err)
-	require.True(t, ok)
 }

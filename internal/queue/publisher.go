@@ -197,14 +197,8 @@ func (p *Publisher) send(ctx context.Context, now time.Time, out []outgoing) err
 		}
 		confirms = append(confirms, dc)
 	}
-	for _, dc := range confirms {
-		ok, err := dc.WaitContext(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for confirm: %w", err)
-		}
-		if !ok {
-			return ErrNacked
-		}
+	if err := WaitConfirms(ctx, confirms...); err != nil {
+		return err
 	}
 	returned, err := pc.returns.take(ctx, ids)
 	if err != nil {
@@ -214,6 +208,23 @@ func (p *Publisher) send(ctx context.Context, now time.Time, out []outgoing) err
 		r := returned[0]
 		return fmt.Errorf("%w: %d of %d returned (%d %s, exchange %q, routing key %q)",
 			ErrUnroutable, len(returned), len(out), r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)
+	}
+	return nil
+}
+
+// WaitConfirms waits for the broker's answer to each publish of confirms,
+// in order, and returns ErrNacked for the first it refused, or the error
+// that ended the wait (ctx's). The publishes were made on a channel in
+// confirm mode.
+func WaitConfirms(ctx context.Context, confirms ...*amqp.DeferredConfirmation) error {
+	for _, dc := range confirms {
+		ok, err := dc.WaitContext(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for confirm: %w", err)
+		}
+		if !ok {
+			return ErrNacked
+		}
 	}
 	return nil
 }

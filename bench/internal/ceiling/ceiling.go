@@ -20,6 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/hookline/hookline/internal/queue"
 )
 
 // RabbitMQ publishes n messages of size bytes to a fresh durable quorum
@@ -51,7 +53,6 @@ func RabbitMQ(ctx context.Context, url string, n, size, window int) (float64, er
 	if err := pubCh.Confirm(false); err != nil {
 		return 0, err
 	}
-	confirms := pubCh.NotifyPublish(make(chan amqp.Confirmation, window))
 	if err := subCh.Qos(window, 0, false); err != nil {
 		return 0, err
 	}
@@ -81,25 +82,25 @@ func RabbitMQ(ctx context.Context, url string, n, size, window int) (float64, er
 	}()
 	body := bytes.Repeat([]byte("x"), size)
 	start := time.Now()
-	inFlight := 0
+	// The broker confirms in publish order: the oldest unconfirmed
+	// publish is the one to wait for.
+	unconfirmed := make([]*amqp.DeferredConfirmation, 0, window)
 	for i := 0; i < n; i++ {
-		for inFlight >= window {
-			if c := <-confirms; !c.Ack {
-				return 0, fmt.Errorf("message nacked")
+		if len(unconfirmed) >= window {
+			if err := queue.WaitConfirms(ctx, unconfirmed[0]); err != nil {
+				return 0, err
 			}
-			inFlight--
+			unconfirmed = unconfirmed[1:]
 		}
-		err := pubCh.PublishWithContext(ctx, "", name, false, false,
+		dc, err := pubCh.PublishWithDeferredConfirmWithContext(ctx, "", name, false, false,
 			amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: body})
 		if err != nil {
 			return 0, err
 		}
-		inFlight++
+		unconfirmed = append(unconfirmed, dc)
 	}
-	for ; inFlight > 0; inFlight-- {
-		if c := <-confirms; !c.Ack {
-			return 0, fmt.Errorf("message nacked")
-		}
+	if err := queue.WaitConfirms(ctx, unconfirmed...); err != nil {
+		return 0, err
 	}
 	if err := <-done; err != nil {
 		return 0, err

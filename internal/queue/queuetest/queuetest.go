@@ -80,6 +80,26 @@ func Depth(t testing.TB, name string) int {
 	return n
 }
 
+// Publish sends msg to exchange with routing key key, on a confirm-mode
+// channel of its own, and waits for the broker's confirm
+// (queue.WaitConfirms); it fails t when the broker refuses the message.
+// It is for messages the hookline publisher would not send as they are,
+// such as malformed ones.
+func Publish(t testing.TB, exchange, key string, msg amqp.Publishing) {
+	t.Helper()
+	WithChannel(t, func(ch *amqp.Channel) error {
+		if err := ch.Confirm(false); err != nil {
+			return err
+		}
+		ctx := context.Background()
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg)
+		if err != nil {
+			return err
+		}
+		return queue.WaitConfirms(ctx, dc)
+	})
+}
+
 // WithChannel runs f on a channel of a connection of its own, failing t
 // when the broker cannot be reached or f fails.
 func WithChannel(t testing.TB, f func(*amqp.Channel) error) {
