@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -87,7 +89,7 @@ func (b *browser) text(sel string) string {
 func (b *browser) waitText(sel, want string, timeout time.Duration) {
 	b.t.Helper()
 	var last string
-	eventually(b.t, timeout, func() bool {
+	testwait.Eventually(b.t, timeout, func() bool {
 		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
 		defer cancel()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
@@ -111,7 +113,7 @@ func (b *browser) screenshot(name string) {
 func (b *browser) waitLocation(part string, timeout time.Duration) {
 	b.t.Helper()
 	var last string
-	eventually(b.t, timeout, func() bool {
+	testwait.Eventually(b.t, timeout, func() bool {
 		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
 		defer cancel()
 		loc, err := chromedp.Run(ctx, chromedp.Location())
@@ -180,7 +182,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	status, body := e.call("POST", "/v1/events", key, map[string]any{"event_type": "order.created", "source": "checkout",
 		"data": map[string]any{"order_id": 42, "customer": "c_1729", "items": []map[string]any{{"sku": "TEA-01", "qty": 2}}, "total": "19.80"}})
 	require.Equal(t, http.StatusAccepted, status, body)
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		return e.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'exhausted' AND dead_lettered_at IS NOT NULL`, orders) == 1 &&
 			e.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 3
 	}, "the order delivery to be exhausted and the invoices delivered")

@@ -295,18 +295,3 @@ func (c *client) signIn(key string) {
 	require.Equal(c.t, "/console/webhooks", p.Location)
 	require.Equal(c.t, http.StatusOK, c.get("/console/webhooks").Status)
 }
-
-// eventually polls cond until it holds, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("not within %s: "+msg, append([]any{timeout}, args...)...)
-		case <-tick.C:
-		}
-	}
-}

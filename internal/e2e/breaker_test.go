@@ -40,6 +40,7 @@ import (
 	"github.com/hookline/hookline/internal/redistest"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/testproxy"
+	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -273,7 +274,7 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 	}
 	var openedAt time.Time
 	var sleepMS int64
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return s.pool.QueryRow(ctx, `SELECT opened_at, sleep_window_ms FROM circuit_breaker_states
 			WHERE webhook_id = $1 AND state = 'open'`, hook).Scan(&openedAt, &sleepMS) == nil
 	}, "circuit of %s to open", hook)
@@ -289,13 +290,13 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 	for i := range 3 {
 		late = append(late, s.deliveryOf(s.publish("order.created", map[string]any{"late": i})))
 	}
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, late) == len(late)
 	}, "late deliveries to be postponed")
 	sleepEnd := openedAt.Add(time.Duration(sleepMS) * time.Millisecond)
 	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = ANY($1) AND executed_at < $2`, late, sleepEnd),
 		"late deliveries attempted before the sleep window ended")
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return s.count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, ids) >= len(ids)
 	}, "failed deliveries to be postponed while open")
 
@@ -348,7 +349,7 @@ func TestWebhookRateLimitSpacesDeliveries(t *testing.T) {
 		s.publish("order.created", map[string]any{"n": i})
 	}
 	sawWaiting := false
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		ds := s.deliveriesOf(hook)
 		done := 0
 		for _, d := range ds {
@@ -398,7 +399,7 @@ func TestTenantRateLimitSpansWebhooks(t *testing.T) {
 		s.publishAs(key, "order.created", map[string]any{"n": i})
 	}
 	require.Equal(t, 18, s.count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1`, tenantID))
-	eventually(t, 10*time.Second, func() bool { return len(arrivals(rcs...)) >= 5 }, "5 requests to arrive")
+	testwait.Eventually(t, 10*time.Second, func() bool { return len(arrivals(rcs...)) >= 5 }, "5 requests to arrive")
 
 	at := arrivals(rcs...)
 	n := 0
@@ -436,7 +437,7 @@ func TestForcedOpenSurvivesRedisFlushUntilReset(t *testing.T) {
 	for i := range 3 {
 		held = append(held, g.deliveryOf(g.publish("order.created", map[string]any{"n": i})))
 	}
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return g.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, held) == len(held)
 	}, "deliveries to be postponed by the forced-open circuit")
 	require.Zero(t, g.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND attempt_count > 0`, held))
@@ -447,7 +448,7 @@ func TestForcedOpenSurvivesRedisFlushUntilReset(t *testing.T) {
 	require.Equal(t, "open", cb["forced_state"], "%v", cb)
 	require.Equal(t, "open", cb["state"], "%v", cb)
 	after := g.deliveryOf(g.publish("order.created", map[string]any{"after_flush": true}))
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return g.count(`SELECT postponed_count FROM deliveries WHERE id = $1`, after) > 0
 	}, "a delivery after the flush to be postponed")
 	require.Len(t, rc.requests(), 1, "nothing sent after the flush while forced open")
@@ -490,7 +491,7 @@ func TestRedisOutageFailsOpen(t *testing.T) {
 		during = append(during, g.deliveryOf(g.publish("order.created", map[string]any{"n": i})))
 	}
 	var seen struct{ Fallback bool }
-	eventually(t, 15*time.Second, func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		seen.Fallback = seen.Fallback || testutil.ToFloat64(metrics.RedisFallback) == 1
 		return seen.Fallback && g.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'succeeded'`, during) == len(during)
 	}, "deliveries to succeed with Redis cut and the fallback gauge to be 1: %+v", &seen)
@@ -511,7 +512,7 @@ func TestRedisOutageFailsOpen(t *testing.T) {
 	for _, id := range later {
 		g.waitStatus(id, "succeeded", 10*time.Second)
 	}
-	eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(metrics.RedisFallback) == 0 },
+	testwait.Eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(metrics.RedisFallback) == 0 },
 		"fallback gauge to return to 0 after Redis is back")
 	require.Len(t, rc.requests(), 8)
 }
@@ -549,7 +550,7 @@ func TestPublishRateLimitAnswers429(t *testing.T) {
 	require.Zero(t, s.count(`SELECT count(*) FROM events WHERE tenant_id = $1 AND idempotency_key = 'third'`, tenantID))
 
 	var status int
-	eventually(t, time.Duration(retryAfter+2)*time.Second, func() bool {
+	testwait.Eventually(t, time.Duration(retryAfter+2)*time.Second, func() bool {
 		res, _ := s.rawCall("POST", "/v1/events", key, third)
 		status = res.StatusCode
 		return status != http.StatusTooManyRequests
@@ -583,11 +584,11 @@ func TestOpenCircuitDoesNotSpendTenantTokens(t *testing.T) {
 	for i := range 3 {
 		s.publishAs(key, "a.failed", map[string]any{"n": i})
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, hookA) == 1
 	}, "circuit of A to open")
 	// A's retries meet the open circuit and wait behind it.
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND park_reason = 'circuit_open'`, hookA) == 3
 	}, "A's deliveries to be parked behind the open circuit")
 	sent := len(broken.requests())
@@ -598,7 +599,7 @@ func TestOpenCircuitDoesNotSpendTenantTokens(t *testing.T) {
 		Postponed  int
 		ParkReason string
 	}
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		_ = s.pool.QueryRow(context.Background(), `SELECT postponed_count, coalesce(park_reason, '') FROM deliveries
 			WHERE webhook_id = $1`, hookB).Scan(&b.Postponed, &b.ParkReason)
 		return len(fine.requests()) == 1
@@ -646,31 +647,31 @@ func TestHalfOpenProbeLostToBusyHostIsNotStuck(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, s.deliveryOf(s.publish("a.failed", map[string]any{"n": i})))
 	}
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, hookA) == 1
 	}, "circuit of A to open")
 	busy0 := testutil.ToFloat64(metrics.DeliveriesPostponed.WithLabelValues("host_busy"))
 	for i := range 5 {
 		s.publish("b.slow", map[string]any{"n": i})
 	}
-	eventually(t, 5*time.Second, func() bool { return hanging.Load() == 5 }, "B's 5 requests to hold the host's slots")
+	testwait.Eventually(t, 5*time.Second, func() bool { return hanging.Load() == 5 }, "B's 5 requests to hold the host's slots")
 	healthy.Store(true)
 
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		cb := s.circuitOf(hookA, s.key)
 		ho, _ := cb["half_open"].(map[string]any)
 		return cb["state"] == "half_open" && ho["probes_issued"] == 2.0
 	}, "A's circuit to go half-open and issue its probes")
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return testutil.ToFloat64(metrics.DeliveriesPostponed.WithLabelValues("host_busy"))-busy0 >= 2
 	}, "the probes to be postponed as host_busy")
 	free()
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded'`, hookB) == 5
 	}, "B's deliveries to finish")
 
 	var last struct{ Circuit map[string]any }
-	eventually(t, 12*time.Second, func() bool {
+	testwait.Eventually(t, 12*time.Second, func() bool {
 		last.Circuit = s.circuitOf(hookA, s.key)
 		return s.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'succeeded'`, ids) == len(ids)
 	}, "A's deliveries to succeed once the endpoint and its host are free; the circuit is stuck half-open "+
@@ -736,7 +737,7 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 			s.publishAs(key, "order.created", map[string]any{"cycle": cycle, "failing": i})
 		}
 		total += 3 * len(hooks)
-		eventually(t, 20*time.Second, func() bool { return all(states(), "open") }, "cycle %d: circuits to open", cycle)
+		testwait.Eventually(t, 20*time.Second, func() bool { return all(states(), "open") }, "cycle %d: circuits to open", cycle)
 		healthy.Store(true)
 		// First tried while open: postponed to the end of the sleep window,
 		// they come back together and race for the probes.
@@ -744,14 +745,14 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 			s.publishAs(key, "order.created", map[string]any{"cycle": cycle, "while_open": i})
 		}
 		total += 8 * len(hooks)
-		eventually(t, 30*time.Second, func() bool {
+		testwait.Eventually(t, 30*time.Second, func() bool {
 			return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == total
 		}, "cycle %d: every delivery to succeed", cycle)
 		for _, h := range hooks {
 			require.Equal(t, "closed", s.circuitOf(h, key)["state"], "cycle %d: the live circuit is closed", cycle)
 		}
 		var last struct{ Persisted map[string]string }
-		eventually(t, 5*time.Second, func() bool { last.Persisted = states(); return all(last.Persisted, "closed") },
+		testwait.Eventually(t, 5*time.Second, func() bool { last.Persisted = states(); return all(last.Persisted, "closed") },
 			"cycle %d: a state persisted for the Redis fallback disagrees with its live (closed) circuit: %+v", cycle, &last)
 	}
 }

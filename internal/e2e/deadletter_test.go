@@ -16,6 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -26,7 +27,7 @@ func TestMalformedMessageIsDeadLettered(t *testing.T) {
 	s := newSystem(t)
 	before := testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed"))
 	queuetest.Publish(t, s.topo.WorkExchange(), "normal", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("not a task")})
-	eventually(t, 15*time.Second, func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed")) > before
 	}, "the dlq took the malformed message")
 	require.Zero(t, queuetest.Depth(t, s.topo.WorkQueue("normal")))
@@ -71,7 +72,7 @@ func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 	// The attempt that was in flight finishes after the delivery became
 	// exhausted: it is not recorded, the delivery stays exhausted.
 	releaseOnce()
-	eventually(t, 15*time.Second, func() bool { return len(rc.requests()) == 1 }, "one request")
+	testwait.Eventually(t, 15*time.Second, func() bool { return len(rc.requests()) == 1 }, "one request")
 	require.Never(t, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status <> 'exhausted'`, id) > 0
 	}, time.Second, 50*time.Millisecond)

@@ -16,6 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/metrics"
 
 	"github.com/hookline/hookline/internal/signature"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 const tolerance = 5 * time.Minute
@@ -283,14 +284,14 @@ func TestPostgresOutageChargesNoAttempt(t *testing.T) {
 	}
 	// Keep Postgres away until the worker has put back deliveries because
 	// of it (this test is the only one cutting Postgres).
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		return testutil.ToFloat64(metrics.WorkerInternalErrors.WithLabelValues("load")) >= before+10
 	}, "the worker felt the outage")
 	s.pgTap.Restore()
 	for i := range 10 {
 		ids = append(ids, s.publish("tick", map[string]any{"i": 30 + i}))
 	}
-	eventually(t, 60*time.Second, func() bool {
+	testwait.Eventually(t, 60*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == len(ids)
 	}, "all %d deliveries succeeded", len(ids))
 	require.Equal(t, 0, s.count(`SELECT count(*) FROM deliveries WHERE attempt_count <> 1`), "no delivery was charged for the outage")

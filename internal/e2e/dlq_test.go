@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // unlimited lifts the delivery rate limits of the system's tenant, so that
@@ -158,7 +160,7 @@ func TestBatchRetryRunsAtItsRateAndCompletes(t *testing.T) {
 
 	id := s.startBatch(map[string]any{"webhook_ids": []string{hook}}, 200)
 	var b batchView
-	eventually(t, 60*time.Second, func() bool { b = s.batch(id); return b.State == "completed" }, "batch %s to complete", id)
+	testwait.Eventually(t, 60*time.Second, func() bool { b = s.batch(id); return b.State == "completed" }, "batch %s to complete", id)
 	require.Equal(t, 1000, b.Total)
 	require.Equal(t, 1000, b.Processed)
 	require.Equal(t, 1000, b.Succeeded)
@@ -190,7 +192,7 @@ func TestBatchRetryCancel(t *testing.T) {
 	s.seedExhausted(hook, 300, "order.created", "timeout")
 
 	id := s.startBatch(map[string]any{"failure_categories": []string{"timeout"}}, 20)
-	eventually(t, 15*time.Second, func() bool { return s.batch(id).Processed >= 4 }, "batch to make progress")
+	testwait.Eventually(t, 15*time.Second, func() bool { return s.batch(id).Processed >= 4 }, "batch to make progress")
 	var cancelled batchView
 	s.call("POST", "/v1/dlq/batch-operations/"+id+"/cancel", s.key, nil, http.StatusOK, &cancelled)
 	require.Equal(t, "cancelled", cancelled.State)
@@ -204,7 +206,7 @@ func TestBatchRetryCancel(t *testing.T) {
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); <-watch.C {
 		require.Equal(t, cancelled.Processed, s.count(`SELECT count(*) FROM deliveries WHERE batch_operation_id = $1`, id))
 	}
-	eventually(t, 15*time.Second, func() bool { return s.batch(id).Succeeded == cancelled.Processed },
+	testwait.Eventually(t, 15*time.Second, func() bool { return s.batch(id).Succeeded == cancelled.Processed },
 		"the retries enqueued before the cancel to be counted")
 	require.Equal(t, "cancelled", s.batch(id).State)
 	var e map[string]any
@@ -222,14 +224,14 @@ func TestReplayEvent(t *testing.T) {
 	s.fastHook(a.URL, nil)
 	hookB := s.fastHook(b.URL, nil)
 	orig := s.publish("order.created", map[string]any{"id": 42})
-	eventually(t, 15*time.Second, func() bool { return len(a.requests()) == 1 && len(b.requests()) == 1 }, "first deliveries")
+	testwait.Eventually(t, 15*time.Second, func() bool { return len(a.requests()) == 1 && len(b.requests()) == 1 }, "first deliveries")
 
 	var r map[string]any
 	s.call("POST", "/v1/events/"+orig+"/replay", s.key, nil, http.StatusAccepted, &r)
 	require.Equal(t, orig, r["replay_of"])
 	require.Equal(t, 2.0, r["deliveries"])
 	require.NotEqual(t, orig, r["id"])
-	eventually(t, 15*time.Second, func() bool { return len(a.requests()) == 2 && len(b.requests()) == 2 }, "replayed deliveries")
+	testwait.Eventually(t, 15*time.Second, func() bool { return len(a.requests()) == 2 && len(b.requests()) == 2 }, "replayed deliveries")
 	var first, again map[string]any
 	require.NoError(t, json.Unmarshal(a.requests()[0].Body, &first))
 	require.NoError(t, json.Unmarshal(a.requests()[1].Body, &again))
@@ -243,7 +245,7 @@ func TestReplayEvent(t *testing.T) {
 
 	s.call("POST", "/v1/events/"+orig+"/replay", s.key, map[string]any{"webhook_id": hookB}, http.StatusAccepted, &r)
 	require.Equal(t, 1.0, r["deliveries"])
-	eventually(t, 15*time.Second, func() bool { return len(b.requests()) == 3 }, "replay to one webhook")
+	testwait.Eventually(t, 15*time.Second, func() bool { return len(b.requests()) == 3 }, "replay to one webhook")
 	require.Len(t, a.requests(), 2)
 
 	s.call("POST", "/v1/events/"+uuid.NewString()+"/replay", s.key, nil, http.StatusNotFound, nil)
@@ -266,8 +268,8 @@ func TestExhaustedNotificationDoesNotLoop(t *testing.T) {
 	var orig uuid.UUID
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`, event, hook).Scan(&orig))
 	s.waitStatus(orig, "exhausted", 15*time.Second)
-	eventually(t, 20*time.Second, func() bool { return len(watcher.requests()) == 1 }, "the notification to arrive")
-	eventually(t, 20*time.Second, func() bool { return len(catchAll.requests()) == 1 }, "the event itself to reach the catch-all webhook")
+	testwait.Eventually(t, 20*time.Second, func() bool { return len(watcher.requests()) == 1 }, "the notification to arrive")
+	testwait.Eventually(t, 20*time.Second, func() bool { return len(catchAll.requests()) == 1 }, "the event itself to reach the catch-all webhook")
 	var n struct {
 		Type string         `json:"event_type"`
 		Data map[string]any `json:"data"`
@@ -328,12 +330,12 @@ func TestCircuitNotifications(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 20*time.Second, func() bool { return len(types()) == 1 }, "the circuit_opened notification")
+	testwait.Eventually(t, 20*time.Second, func() bool { return len(types()) == 1 }, "the circuit_opened notification")
 	require.Equal(t, []string{"webhook.circuit_opened"}, types())
 
 	healthy.Store(true)
 	s.publish("order.created", map[string]any{"probe": true})
-	eventually(t, 20*time.Second, func() bool { return len(types()) == 2 }, "the circuit_recovered notification")
+	testwait.Eventually(t, 20*time.Second, func() bool { return len(types()) == 2 }, "the circuit_recovered notification")
 	require.Equal(t, []string{"webhook.circuit_opened", "webhook.circuit_recovered"}, types())
 }
 
@@ -348,7 +350,7 @@ func TestBatchRetryKeepsTheOrderKey(t *testing.T) {
 	hook := s.fastHook(rc.URL, map[string]any{"ordering_guarantee": "strict"})
 	s.seedExhausted(hook, 3, "order.updated", "server_error")
 	id := s.startBatch(map[string]any{"webhook_ids": []string{hook}}, 100)
-	eventually(t, 20*time.Second, func() bool { return s.batch(id).State == "completed" }, "the batch to complete")
+	testwait.Eventually(t, 20*time.Second, func() bool { return s.batch(id).State == "completed" }, "the batch to complete")
 	require.Equal(t, 3, s.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
 	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL AND order_key IS DISTINCT FROM $1`, hook),
 		"every retry carries the strict webhook's order key")

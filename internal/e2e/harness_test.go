@@ -38,6 +38,7 @@ import (
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/testproxy"
+	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -238,7 +239,7 @@ func (s *system) deliveryOf(eventID string) uuid.UUID {
 // has been recorded by the dlq), failing after timeout.
 func (s *system) waitStatus(id uuid.UUID, status string, timeout time.Duration) {
 	s.t.Helper()
-	eventually(s.t, timeout, func() bool {
+	testwait.Eventually(s.t, timeout, func() bool {
 		var got string
 		var dead bool
 		err := s.pool.QueryRow(context.Background(), `SELECT status, dead_lettered_at IS NOT NULL FROM deliveries WHERE id = $1`, id).Scan(&got, &dead)
@@ -279,20 +280,6 @@ func (s *system) count(sql string, args ...any) int {
 	var n int
 	require.NoError(s.t, s.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
 	return n
-}
-
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("not within %s: "+msg, append([]any{timeout}, args...)...)
-		case <-tick.C:
-		}
-	}
 }
 
 // received is one request a receiver saw.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 func TestDeliveryHistoryRoutes(t *testing.T) {
@@ -26,7 +28,7 @@ func TestDeliveryHistoryRoutes(t *testing.T) {
 	}
 	failed := s.deliveryOf(s.publish("order.failed", map[string]any{}))
 	s.waitStatus(failed, "exhausted", 15*time.Second)
-	eventually(t, 15*time.Second, func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 5
 	}, "five successes")
 

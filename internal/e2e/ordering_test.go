@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // arrival is one request of the ordering tests: the event's type and
@@ -103,8 +105,8 @@ func TestOrderedDeliveryHoldsTheKeyBehindAFailure(t *testing.T) {
 			s.publish(typ, map[string]any{"n": n})
 		}
 	}
-	eventually(t, 60*time.Second, func() bool { return len(strict.got()) == 2*perTypeCount+3 }, "strict deliveries")
-	eventually(t, 60*time.Second, func() bool { return len(perType.got()) == 2*perTypeCount+3 }, "per_event_type deliveries")
+	testwait.Eventually(t, 60*time.Second, func() bool { return len(strict.got()) == 2*perTypeCount+3 }, "strict deliveries")
+	testwait.Eventually(t, 60*time.Second, func() bool { return len(perType.got()) == 2*perTypeCount+3 }, "per_event_type deliveries")
 	require.Len(t, unordered.requests(), 2*perTypeCount)
 
 	// Strict: one sequence over both types, a then b for each n.

@@ -18,6 +18,7 @@ import (
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -54,7 +55,7 @@ func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
 	enqueued := func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND enqueued_at IS NOT NULL`, id) == 1
 	}
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return enqueued() || strings.Contains(logs.String(), "outbox relay pass failed")
 	}, "the delivery to be marked enqueued, or the relay to fail to publish it")
 	require.False(t, enqueued(), "a message the broker dropped is not marked enqueued")

@@ -17,6 +17,7 @@ import (
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/retention"
+	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -92,12 +93,12 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	for i := range 2 {
 		events = append(events, s.publish("order.created", map[string]any{"n": i}))
 	}
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded'`, okHook) == 2 &&
 			s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND dead_lettered_at IS NOT NULL`, flakyHook) == 2 &&
 			s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, brokenHook) == 1
 	}, "deliveries, dead letters and the broken circuit")
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
 			WHERE e.event_type = 'webhook.circuit_opened' AND d.status = 'succeeded'`) == 1 &&
 			s.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
@@ -140,11 +141,11 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	s.call("POST", "/v1/webhooks/"+flakyHook+"/deliveries/"+flakyDeliveries[0].String()+"/retry", s.key, nil, http.StatusAccepted, &retry)
 	s.waitStatus(retry.DeliveryID, "succeeded", 15*time.Second)
 	batch := s.startBatch(map[string]any{"webhook_ids": []string{flakyHook}}, 100)
-	eventually(t, 20*time.Second, func() bool { return s.batch(batch).State == "completed" }, "the batch retry to complete")
+	testwait.Eventually(t, 20*time.Second, func() bool { return s.batch(batch).State == "completed" }, "the batch retry to complete")
 	require.Equal(t, 1, s.batch(batch).Succeeded)
 	var replay map[string]any
 	s.call("POST", "/v1/events/"+events[1]+"/replay", s.key, map[string]any{"webhook_id": flakyHook}, http.StatusAccepted, &replay)
-	eventually(t, 15*time.Second, func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE event_id = $1 AND status = 'succeeded'`, replay["id"]) == 1
 	}, "the replay delivered")
 

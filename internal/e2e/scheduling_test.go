@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // Deliveries beyond a webhook's burst each wait for their own reserved
@@ -67,13 +69,13 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 	for i := range 2 {
 		s.publish("order.created", map[string]any{"n": i})
 	}
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, id) == 1
 	}, "the circuit to open")
 	for i := range 4 {
 		s.publish("order.created", map[string]any{"n": 10 + i})
 	}
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'circuit_open'`) == 6
 	}, "every delivery to be parked behind the circuit")
 	// Each knows when it will be looked at again: the half-open time,
@@ -90,7 +92,7 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 
 	healthy.Store(true)
 	s.call("PATCH", "/v1/webhooks/"+id+"/circuit-breaker", s.key, map[string]any{"action": "reset"}, http.StatusOK, nil)
-	eventually(t, 15*time.Second, func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 6
 	}, "the reset to release every parked delivery")
 	require.Equal(t, before+6, len(rc.requests()), "each parked delivery was sent once after the reset")
@@ -116,7 +118,7 @@ func TestABurstQueuesForItsHostInTheWorker(t *testing.T) {
 	for i := range n {
 		s.publish("order.created", map[string]any{"n": i})
 	}
-	eventually(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == n
 	}, "every delivery to succeed")
 	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 0 OR park_reason IS NOT NULL`))
@@ -150,7 +152,7 @@ func TestAHangingTenantLeavesRoomForAnother(t *testing.T) {
 		s.publish("noisy.tick", map[string]any{"n": i})
 	}
 	// The noisy tenant, alone, holds every slot.
-	eventually(t, 20*time.Second, func() bool { return hanging.Load() == 6 }, "the noisy tenant to fill the slots")
+	testwait.Eventually(t, 20*time.Second, func() bool { return hanging.Load() == 6 }, "the noisy tenant to fill the slots")
 
 	_, quiet := s.newTenant(map[string]any{"name": "quiet"})
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
@@ -160,10 +162,10 @@ func TestAHangingTenantLeavesRoomForAnother(t *testing.T) {
 	for i := range n {
 		s.publishAs(quiet, "order.created", map[string]any{"n": i})
 	}
-	eventually(t, 10*time.Second, func() bool { return len(rc.requests()) == n }, "the quiet tenant's deliveries")
+	testwait.Eventually(t, 10*time.Second, func() bool { return len(rc.requests()) == n }, "the quiet tenant's deliveries")
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.EqualValues(t, 6, hanging.Load(), "the noisy tenant, over its share, got no slot meanwhile")
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'tenant_share'`) > 0
 	}, "the noisy tenant's other deliveries to wait in Postgres, not in the queue")
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // echoing returns a receiver that answers a verification challenge with
@@ -51,7 +53,7 @@ func TestUnverifiedEndpointReceivesNothing(t *testing.T) {
 		event, unverified["id"]).Scan(&held))
 	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`,
 		event, verified["id"]).Scan(&sent))
-	eventually(t, 15*time.Second, func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'succeeded'`, sent) == 1 &&
 			s.count(`SELECT postponed_count FROM deliveries WHERE id = $1`, held) > 0
 	}, "the verified endpoint's delivery to succeed and the other's to be postponed")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // circuitOf returns the circuit_breaker object of an answer.
@@ -139,7 +140,7 @@ func TestCircuitForcedStateExpires(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
 	require.Equal(t, "open", circuitOf(t, r)["state"])
 	var last map[string]any
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		last = circuitOf(t, e.do("GET", "/v1/webhooks/"+id+"/health", key, nil))
 		return last["forced_state"] == nil
 	}, "the forced state to lapse after its duration")

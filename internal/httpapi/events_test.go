@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookline/hookline/internal/queue/queuetest"
 	"github.com/hookline/hookline/internal/testproxy"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 func (e *apiEnv) publish(key string, body any, headers ...string) resp {
@@ -56,21 +57,6 @@ func (e *apiEnv) workDepth() int {
 		n += queuetest.Depth(e.t, e.topo.WorkQueue(p))
 	}
 	return n
-}
-
-// eventually polls cond every 50 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("not within %s: "+msg, append([]any{timeout}, args...)...)
-		case <-tick.C:
-		}
-	}
 }
 
 func TestPublishAcceptsAndFansOut(t *testing.T) {
@@ -120,9 +106,9 @@ func TestPublishAcceptsAndFansOut(t *testing.T) {
 		require.ElementsMatch(t, tc.want, hooks, tc.eventType)
 	}
 	require.Equal(t, len(cases), e.count(`SELECT count(*) FROM events`), "payload stored once per event")
-	eventually(t, 10*time.Second, func() bool { return e.workDepth() == total }, "%d deliveries on the work queues", total)
+	testwait.Eventually(t, 10*time.Second, func() bool { return e.workDepth() == total }, "%d deliveries on the work queues", total)
 	// The mark follows the broker's confirm, a moment after the message is on the queue.
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return e.count(`SELECT count(*) FROM deliveries WHERE enqueued_at IS NULL`) == 0
 	}, "confirmed deliveries to be marked")
 }
@@ -291,7 +277,7 @@ func TestPublishKeepsPayloadAndPriority(t *testing.T) {
 	var data string
 	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT data::text FROM events`).Scan(&data))
 	require.Equal(t, `{"z":1,"a":12345678901234567890,"s":"<&>"}`, data, "key order and numbers kept, whitespace compacted")
-	eventually(t, 10*time.Second, func() bool { return queuetest.Depth(t, e.topo.WorkQueue("high")) == 1 }, "on the high queue")
+	testwait.Eventually(t, 10*time.Second, func() bool { return queuetest.Depth(t, e.topo.WorkQueue("high")) == 1 }, "on the high queue")
 }
 
 func TestEventsAreTenantScoped(t *testing.T) {
@@ -316,7 +302,7 @@ func TestPublishSurvivesBrokerOutage(t *testing.T) {
 	e.createWebhook(key, map[string]any{"events": []string{"*"}})
 
 	proxy.Cut()
-	eventually(t, 10*time.Second, func() bool { return e.amqp.Check(context.Background()) != nil }, "the api sees the broker down")
+	testwait.Eventually(t, 10*time.Second, func() bool { return e.amqp.Check(context.Background()) != nil }, "the api sees the broker down")
 	for i := range 100 {
 		r := e.publish(key, map[string]any{"event_type": "tick", "data": map[string]any{"i": i}})
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
@@ -328,8 +314,8 @@ func TestPublishSurvivesBrokerOutage(t *testing.T) {
 	require.Equal(t, 100, e.count(`SELECT count(*) FROM deliveries WHERE enqueued_at IS NULL`))
 
 	proxy.Restore()
-	eventually(t, 30*time.Second, func() bool { return e.workDepth() >= 100 }, "all 100 deliveries on the work queue")
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool { return e.workDepth() >= 100 }, "all 100 deliveries on the work queue")
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return e.count(`SELECT count(*) FROM deliveries WHERE enqueued_at IS NULL`) == 0
 	}, "all marked enqueued")
 	require.Equal(t, http.StatusOK, e.do("GET", "/readyz", "", nil).Status)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // handled records, per message id, how the consumer handed it over.
@@ -70,11 +71,11 @@ func TestPanickingMessageIsIsolated(t *testing.T) {
 			return queue.Ack
 		})
 
-	eventually(t, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return queuetest.Depth(t, topo.DeadQueue()) == 1
 	}, "the panicking message reached the dead-letter queue")
 	require.NoError(t, pub.Publish(ctx, queue.Message{ID: "after", Priority: "normal", Body: []byte("{}")}))
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		times, _ := h.snapshot()
 		return times["after"] == 1
 	}, "the consumer still takes work after the panics")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 func setup(t *testing.T) (*queue.Conn, queue.Topology, *queue.Publisher) {
@@ -140,16 +141,8 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	rec.result = queue.Requeue
 	runConsumer(t, conn, topo, pub, queue.ConsumerConfig{Prefetch: 1, Concurrency: 1, Grace: time.Second}, rec.handle)
 
-	deadline := time.After(20 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for queuetest.Depth(t, topo.DeadQueue()) != 1 {
-		select {
-		case <-deadline:
-			t.Fatal("poison message not dead-lettered within 20s")
-		case <-tick.C:
-		}
-	}
+	testwait.Eventually(t, 20*time.Second, func() bool { return queuetest.Depth(t, topo.DeadQueue()) == 1 },
+		"the poison message dead-lettered")
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	require.LessOrEqual(t, len(rec.ids), 22, "handed out about delivery-limit (20) times, not forever")
@@ -196,23 +189,9 @@ func TestConsumerStopsTakingWorkOnShutdown(t *testing.T) {
 		t.Fatal("the consumer kept working after shutdown began")
 	}
 	require.LessOrEqual(t, handled.Load(), int64(10), "only the messages in flight were finished, the backlog was left")
-	eventually(t, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return queuetest.Depth(t, topo.WorkQueue("normal"))+int(handled.Load()) >= 200
 	}, "unhandled messages are back on the queue")
-}
-
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatal(msg)
-		case <-tick.C:
-		}
-	}
 }
 
 // The consumer is ready only while it is subscribed: a queue deleted under
@@ -226,15 +205,15 @@ func TestConsumerReadinessFollowsItsSubscription(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
-	eventually(t, 10*time.Second, func() bool { return c.Check(ctx) == nil }, "the consumer never became ready")
+	testwait.Eventually(t, 10*time.Second, func() bool { return c.Check(ctx) == nil }, "the consumer ready")
 
 	queuetest.WithChannel(t, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDelete(topo.WorkQueue("normal"), false, false, false)
 		return err
 	})
-	eventually(t, 10*time.Second, func() bool { return c.Check(ctx) != nil }, "still ready after its queue was deleted")
+	testwait.Eventually(t, 10*time.Second, func() bool { return c.Check(ctx) != nil }, "readiness failing once its queue was deleted")
 	queuetest.WithChannel(t, topo.Declare)
-	eventually(t, 10*time.Second, func() bool { return c.Check(ctx) == nil }, "not ready again once its queue is back")
+	testwait.Eventually(t, 10*time.Second, func() bool { return c.Check(ctx) == nil }, "ready again once its queue is back")
 
 	cancel()
 	<-done

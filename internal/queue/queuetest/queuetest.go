@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // URL is the broker used by tests: $TEST_AMQP_URL or the local default.
@@ -56,16 +57,8 @@ func Conn(t testing.TB, url string) *queue.Conn {
 // WaitConnected blocks until c is connected or 10 s pass.
 func WaitConnected(t testing.TB, c *queue.Conn) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for c.Check(context.Background()) != nil {
-		select {
-		case <-deadline:
-			t.Fatal("rabbitmq connection not open within 10s")
-		case <-tick.C:
-		}
-	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return c.Check(context.Background()) == nil },
+		"rabbitmq connection open")
 }
 
 // Depth returns the number of ready messages in queue name.
