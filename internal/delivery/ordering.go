@@ -33,8 +33,9 @@ import (
 //
 // The lock makes the check and the release exclusive, so a delivery is
 // either seen as unfinished by its successor's check, or finished before
-// it and then the successor goes ahead. Retries of the head go through the
-// delay queues as usual: nothing behind it can move meanwhile, and a
+// it and then the successor goes ahead. Retries of the head wait as any
+// retry does (parked in Postgres, or in the broker's delay tiers when
+// shorter than schedule.ParkAfter): nothing behind it can move meanwhile, and a
 // circuit breaker or rate limit that postpones the head postpones the
 // whole key. Other keys and unordered webhooks never wait.
 

@@ -28,7 +28,7 @@ type Process struct {
 var (
 	publishOutcomes      = []string{"accepted", "replayed", "conflict", "invalid", "too_large", "rate_limited", "error"}
 	idempotencyResults   = []string{"hit", "miss", "error"}
-	postponeReasons      = []string{"host_busy", "inactive", "unverified", "circuit_open", "rate_limited"}
+	postponeReasons      = []string{"host_busy", "tenant_share", "inactive", "unverified", "circuit_open", "rate_limited"}
 	internalErrorStages  = []string{"load", "order", "build", "record", "cancel"}
 	deliveryOutcomes     = []string{"success", "failure"}
 	circuitTransitions   = []string{"opened", "half_opened", "closed", "reopened"}
