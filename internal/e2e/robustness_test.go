@@ -18,6 +18,7 @@ import (
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/testlog"
 	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -42,7 +43,7 @@ func onChannel(t *testing.T, f func(ch *amqp.Channel) error) {
 // bound again.
 func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSystem(t, func(o *options) { o.log = slog.New(slog.NewTextHandler(logs, nil)) })
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	s.webhook(rc.URL, nil)

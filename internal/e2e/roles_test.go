@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -17,27 +16,10 @@ import (
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/retention"
+	"github.com/hookline/hookline/internal/testlog"
 	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
 )
-
-// lockedBuffer collects the log lines of every part.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // taskSink takes the outbox tasks a part would publish.
 type taskSink struct {
@@ -61,7 +43,7 @@ func (d *taskSink) Enqueue(tasks ...wire.Task) {
 func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	s := newSystem(t, func(o *options) {
 		o.roles = true
 		o.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -1,7 +1,6 @@
 package health_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,39 +8,22 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/health"
+	"github.com/hookline/hookline/internal/testlog"
 )
 
 // driverError is what a failing Postgres ping says: host, user, database.
 const driverError = `failed to connect to user=hookline_api database=hookline: 10.20.30.40:5432: password authentication failed`
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // /readyz is served to anyone: it names what is down and nothing of why;
 // the why is in the log.
 func TestReadinessNamesWhatIsDownAndNotWhy(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	checks := health.Checks{
 		"postgres": func(context.Context) error { return errors.New(driverError) },
 		"redis":    func(context.Context) error { return nil },

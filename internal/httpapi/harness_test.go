@@ -30,6 +30,7 @@ import (
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
 	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/testlog"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -41,26 +42,9 @@ type apiEnv struct {
 	pool   *pgxpool.Pool
 	srv    *Server
 	http   *httptest.Server
-	logBuf *syncBuffer
+	logBuf *testlog.Buffer
 	topo   queue.Topology
 	amqp   *queue.Conn
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // apiOptions adjust newAPI.
@@ -90,7 +74,7 @@ func startAPI(t testing.TB, opts ...func(*apiOptions)) *apiEnv {
 	for _, f := range opts {
 		f(&o)
 	}
-	logBuf := &syncBuffer{}
+	logBuf := &testlog.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, MaxRetries: -1})

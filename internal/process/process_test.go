@@ -27,6 +27,7 @@ import (
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
 	"github.com/hookline/hookline/internal/signature"
+	"github.com/hookline/hookline/internal/testlog"
 )
 
 var (
@@ -71,28 +72,11 @@ func freeAddr(t *testing.T) string {
 }
 
 type proc struct {
-	cmd  *exec.Cmd
-	out  *syncBuffer
+	cmd *exec.Cmd
+	// out is the process's output, written by exec's copier and read by
+	// the test.
+	out  *testlog.Buffer
 	done chan error
-}
-
-// syncBuffer is the output of a process, written by exec's copier and read
-// by the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // smallPools is the config file every process of these tests starts with
@@ -108,7 +92,7 @@ func start(t *testing.T, name string, env ...string) *proc {
 	cfg := filepath.Join(cmd.Dir, "small-pools.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(smallPools), 0o600))
 	cmd.Env = append(os.Environ(), append([]string{"HOOKLINE_CONFIG=" + cfg, "ADMIN_TOKEN=process-test-token"}, env...)...)
-	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, out: &testlog.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	require.NoError(t, cmd.Start())
 	go func() { p.done <- cmd.Wait() }()

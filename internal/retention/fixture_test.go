@@ -1,13 +1,11 @@
 package retention
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/testlog"
 )
 
 // fixture is a fresh database with one tenant and one webhook, and helpers
@@ -28,13 +27,13 @@ type fixture struct {
 	pool    *pgxpool.Pool
 	tenant  uuid.UUID
 	webhook uuid.UUID
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), pool: dbtest.New(t),
-		tenant: uuid.Must(uuid.NewV7()), webhook: uuid.Must(uuid.NewV7()), logs: &syncBuffer{}}
+		tenant: uuid.Must(uuid.NewV7()), webhook: uuid.Must(uuid.NewV7()), logs: &testlog.Buffer{}}
 	// Partitions as a live system has them, from yesterday on; none left
 	// from the day the template database was made.
 	f.exec(`DO $$
@@ -142,22 +141,4 @@ func v7At(t time.Time) uuid.UUID {
 	u[6] = 0x70 | u[6]&0x0f
 	u[8] = 0x80 | u[8]&0x3f
 	return u
-}
-
-// syncBuffer collects log lines from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
