@@ -26,6 +26,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(r.Raw, &doc))
 	require.Equal(t, "3.1.0", doc.OpenAPI)
+	require.NotContains(t, string(r.Raw), `"nullable"`, "3.1 says a field may be null with a type list, not nullable")
 
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	served := map[string]bool{}
