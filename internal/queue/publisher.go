@@ -111,7 +111,7 @@ func (p *Publisher) channel() (pubChannel, error) {
 	if len(p.chans) == 0 {
 		return pubChannel{}, ErrNotConnected
 	}
-	i := int(p.next.Add(1) % uint64(len(p.chans)))
+	i := int(p.next.Add(1) % uint64(len(p.chans))) //nolint:gosec // less than len(p.chans)
 	pc := p.chans[i]
 	if pc.ch.IsClosed() {
 		return pubChannel{}, ErrNotConnected
