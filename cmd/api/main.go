@@ -13,23 +13,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
-	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
-	"github.com/hookline/hookline/internal/dlq"
-	"github.com/hookline/hookline/internal/event"
-	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/process"
-	"github.com/hookline/hookline/internal/queue"
-	"github.com/hookline/hookline/internal/ratelimit"
-	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/supervisor"
-	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -82,36 +72,19 @@ func run(ctx context.Context, args []string) error {
 	if err := db.EnsurePartitions(ctx, deps.PG, 14); err != nil {
 		log.Warn("attempt partitions not ensured", "error", err)
 	}
-	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
-	pub := queue.NewPublisher(deps.AMQP, topo, 4)
-	dispatcher := outbox.NewDispatcher(deps.PG, pub, log)
-	relay := outbox.NewRelay(deps.PG, pub, log)
-	events := event.NewService(deps.PG, deps.Redis, cfg.Redis.KeyPrefix, dispatcher, log)
+	api, err := httpapi.NewStack(cfg, deps.PG, deps.Redis, deps.AMQP, log)
+	if err != nil {
+		return err
+	}
 	parts := supervisor.New(log)
 	checks := deps.Checks()
-	checks["rabbitmq"] = pub.Check
+	checks["rabbitmq"] = api.Publisher.Check
 	checks["process"] = parts.Check
 	// /readyz names what is down; why goes to the log.
 	checks = checks.LogFailures(log)
 	metrics.Init(metrics.Process{Name: "api", Checks: checks})
-	keys, err := secret.FromConfig(cfg.Security.SecretKeys)
-	if err != nil {
-		return err
-	}
-	srv, err := httpapi.New(httpapi.Deps{
-		Config:     cfg,
-		Log:        log,
-		Tenants:    tenant.NewStore(deps.PG),
-		Webhooks:   webhook.NewStore(deps.PG, webhook.WithKeyring(keys), webhook.WithMaxPerTenant(cfg.API.MaxWebhooksPerTenant)),
-		Events:     events,
-		Deliveries: history.NewReader(deps.PG),
-		DLQ:        dlq.NewStore(deps.PG, dispatcher),
-		Breaker:    breaker.New(deps.Redis, cfg.Redis.KeyPrefix),
-		Overrides:  breaker.NewOverrides(deps.PG),
-		Limits:     ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix),
-		Checks:     checks,
-		Console:    console.Config{DB: deps.PG},
-	})
+	api.Deps.Checks = checks
+	srv, err := httpapi.New(api.Deps)
 	if err != nil {
 		return err
 	}
@@ -126,14 +99,14 @@ func run(ctx context.Context, args []string) error {
 	// accepted during its drain still reach the group commit and the outbox;
 	// the broker connection last.
 	parts.Go("rabbitmq", deps.AMQP.Run)
-	parts.Go("outbox relay", relay.Run)
-	parts.Go("outbox dispatcher", dispatcher.Run)
 	parts.Go("partitioner", func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) })
 	// An ordered key whose release was lost with its worker.
 	parts.Go("ordered-key rescue", func(ctx context.Context) error {
 		return delivery.RescueStalledKeys(ctx, deps.PG, log, 5*time.Second, 10*time.Second)
 	})
-	parts.Go("group commit", events.Run)
+	for _, p := range api.Parts() {
+		parts.Go(p.Name, p.Run)
+	}
 	parts.Go("http", func(ctx context.Context) error { return process.Serve(ctx, httpSrv, cfg.ShutdownGrace.D()) })
 	log.Info("api listening", "addr", cfg.API.Addr, "database", process.RedactURL(cfg.Database.URL))
 	err = parts.Run(ctx, process.StopWithin(cfg))

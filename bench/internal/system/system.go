@@ -24,18 +24,13 @@ import (
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/delivery"
-	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
-	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/netguard"
-	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/schedule"
-	"github.com/hookline/hookline/internal/tenant"
-	"github.com/hookline/hookline/internal/webhook"
 )
 
 // AdminToken authorises tenant creation on the in-process api.
@@ -86,6 +81,8 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 	cfg := config.Default()
 	cfg.API.AdminToken = AdminToken
 	cfg.Network.AllowPrivateNetworks = true
+	cfg.AMQP.Prefix = topo.Prefix
+	cfg.Redis.KeyPrefix = topo.Prefix + ":"
 	cfg.Defaults.TenantPublishRateLimit.RequestsPerSecond = 1_000_000
 	cfg.Defaults.TenantPublishRateLimit.Burst = 1_000_000
 	cfg.Defaults.TenantRateLimit.RequestsPerMinute = 10_000_000
@@ -99,17 +96,14 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 	log := slog.New(slog.DiscardHandler)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	conn := queue.NewConn(queuetest.URL(), log)
-	pub := queue.NewPublisher(conn, topo, 4)
-	dispatcher := outbox.NewDispatcher(pool, pub, log)
-	relay := outbox.NewRelay(pool, pub, log)
-	events := event.NewService(pool, rdb, topo.Prefix+":", dispatcher, log)
-	srv, err := httpapi.New(httpapi.Deps{
-		Config: cfg, Log: log,
-		Tenants: tenant.NewStore(pool), Webhooks: webhook.NewStore(pool),
-		Events: events, Deliveries: history.NewReader(pool),
-		Breaker: breaker.New(rdb, topo.Prefix+":"), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, topo.Prefix+":"),
-		Checks: health.Checks{"rabbitmq": pub.Check},
-	})
+	api, err := httpapi.NewStack(cfg, pool, rdb, conn, log)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	pub := api.Publisher
+	api.Deps.Checks = health.Checks{"rabbitmq": pub.Check}
+	srv, err := httpapi.New(api.Deps)
 	if err != nil {
 		drop()
 		return nil, err
@@ -120,13 +114,16 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 		return nil, err
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	parts := []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run}
+	parts := []func(context.Context) error{conn.Run}
+	for _, p := range api.Parts() {
+		parts = append(parts, p.Run)
+	}
 	for range o.Workers {
 		sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 10 * time.Second, MaxConnsPerHost: o.MaxConnsPerHost,
 			UserAgent: delivery.UserAgent}, netguard.Policy{AllowPrivate: true})
 		var guard *delivery.Guard
 		if o.Guard {
-			guard = delivery.NewGuard(breaker.New(rdb, topo.Prefix+":"), ratelimit.New(rdb, topo.Prefix+":"), pool, log)
+			guard = delivery.NewGuard(breaker.New(rdb, cfg.Redis.KeyPrefix), ratelimit.New(rdb, cfg.Redis.KeyPrefix), pool, log)
 		}
 		// Tenants share each worker's slots as in the worker process.
 		gate := schedule.NewGate(schedule.GateConfig{Slots: o.WorkerConcurrency})
@@ -147,7 +144,7 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 		_ = hs.Shutdown(context.Background())
 		cancel()
 		wg.Wait()
-		deleteKeys(rdb, topo.Prefix+":")
+		deleteKeys(rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
 		pool.Close()
 		deleteTopology(topo)
