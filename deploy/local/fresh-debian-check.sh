@@ -24,6 +24,7 @@
 #                   proxy, to save downloads (default: this machine's; "" for none)
 #   FRESH_KEEP=1    keep the run's file system (FRESH_DIR/run) afterwards
 #   FRESH_RUN_TIMEOUT seconds for `make run` to answer (1800)
+#   FRESH_TEST_CMD  what stands for `make test`, for diagnosis only (make test)
 set -euo pipefail
 
 repo=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -74,7 +75,7 @@ cleanup() {
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
     umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}"
   done
-  for rule in "${rules[@]}"; do iptables $(printf "$rule" -D); done
+  for rule in "${rules[@]}"; do iptables $(printf -- "$rule" -D); done
   [ -n "$ip_forward" ] && sysctl -qw net.ipv4.ip_forward="$ip_forward"
   ip link del "$veth_host" 2>/dev/null
   ip netns del "$ns" 2>/dev/null
@@ -84,11 +85,12 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+trap 'echo "fresh-debian-check: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 # --- the base chroot, built once ------------------------------------------
 mirror=${FRESH_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
   /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v '^[[:space:]]*#' |
-  grep -oE '(https?|file)://[^ ]*/debian/?( |$)' | head -n1 | tr -d ' ')}
+  grep -oE '(https?|file)://[^ ]*/debian/?( |$)' | head -n1 | tr -d ' ' || true)}
 mirror=${mirror:-http://deb.debian.org/debian}
 mirror=${mirror%/}
 if [ "${FRESH_REBUILD:-0}" = 1 ] || [ ! -e "$base/.complete" ]; then
@@ -145,6 +147,14 @@ if [ -n "$modcache" ] && [ -d "$modcache/cache/download" ]; then
   goproxy=file:///var/cache/host-go-modules,$goproxy
 fi
 
+# Certificate authorities this machine adds to Debian's own (a TLS-inspecting
+# proxy's, say): any machine on this network would trust them too.
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null 2>&1
+fi
+
 git clone -q "$repo" "$root/root/hookline"
 commit=$(git -C "$root/root/hookline" log -1 --format='%h %s')
 
@@ -164,7 +174,7 @@ ip_forward=$(sysctl -n net.ipv4.ip_forward)
 sysctl -qw net.ipv4.ip_forward=1
 for rule in "-t nat %s POSTROUTING -s $net.0/30 ! -o $veth_host -j MASQUERADE" \
   "%s FORWARD -i $veth_host -j ACCEPT" "%s FORWARD -o $veth_host -j ACCEPT"; do
-  iptables $(printf "$rule" -I)
+  iptables $(printf -- "$rule" -I)
   rules+=("$rule")
 done
 
@@ -215,10 +225,11 @@ else
 fi
 
 # --- make test -------------------------------------------------------------
-say "make test (log: $logs/make-test.log)"
+test_cmd=${FRESH_TEST_CMD:-make test}
+say "$test_cmd (log: $logs/make-test.log)"
 t=$(now)
 set +e
-in_chroot 'make test' >"$logs/make-test.log" 2>&1 </dev/null
+in_chroot "$test_cmd" >"$logs/make-test.log" 2>&1 </dev/null
 test_rc=$?
 set -e
 test_secs=$(($(now) - t))
@@ -232,6 +243,6 @@ again_secs=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }
 
 say "summary ($commit)"
 printf '  make run:  %s (api healthy after %ss)\n' "$run_result" "$run_secs"
-printf '  make test: %s (exit %s, %ss)\n' "$([ "$test_rc" = 0 ] && echo ok || echo FAIL)" "$test_rc" "$test_secs"
+printf '  %s: %s (exit %s, %ss)\n' "$test_cmd" "$([ "$test_rc" = 0 ] && echo ok || echo FAIL)" "$test_rc" "$test_secs"
 printf '  services.sh --test again, all up: %s (%ss)\n' "$again" "$again_secs"
 [ "$run_result" = ok ] && [ "$test_rc" = 0 ] && [ "$again" = ok ]
