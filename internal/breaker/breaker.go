@@ -279,7 +279,7 @@ func (b *Breaker) QueueRecord(ctx context.Context, pipe redis.Pipeliner, webhook
 }
 
 // Result is the queued Record's outcome, as Record returns it.
-func (c *RecordCall) Result() (Transition, error) {
+func (c *RecordCall) Result() (State, Transition, error) {
 	return recordResult(c.webhookID, c.call.Reply())
 }
 
@@ -301,10 +301,12 @@ func (b *Breaker) Redis() *redis.Client { return b.rdb }
 // MaxSleepWindow) once so many probes failed that this can no longer
 // happen. Outcomes of deliveries that are not probes, recorded while open or
 // half-open, and probe outcomes arriving after their period ended change
-// nothing but the window.
-func (b *Breaker) Record(ctx context.Context, webhookID string, cfg Config, now time.Time, success, probe bool) (Transition, error) {
+// nothing but the window. It returns the state of the circuit after the
+// call (read by the same script, so knowing it costs no round trip) and
+// the transition made, if any.
+func (b *Breaker) Record(ctx context.Context, webhookID string, cfg Config, now time.Time, success, probe bool) (State, Transition, error) {
 	if err := cfg.Validate(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	return recordResult(webhookID, recordScript.Run(ctx, b.rdb, b.keys(webhookID), recordArgs(cfg, now, success, probe)...))
 }
@@ -316,12 +318,17 @@ func recordArgs(cfg Config, now time.Time, success, probe bool) []any {
 		cfg.ttl().Milliseconds()}
 }
 
-func recordResult(webhookID string, cmd *redis.Cmd) (Transition, error) {
-	tr, err := cmd.Text()
+func recordResult(webhookID string, cmd *redis.Cmd) (State, Transition, error) {
+	res, err := cmd.Slice()
 	if err != nil {
-		return "", fmt.Errorf("breaker record %s: %w", webhookID, err)
+		return "", "", fmt.Errorf("breaker record %s: %w", webhookID, err)
 	}
-	return Transition(tr), nil
+	r := reply{vals: res}
+	state, tr := State(r.str(0)), Transition(r.str(1))
+	if r.err != nil {
+		return "", "", fmt.Errorf("breaker record %s: %w", webhookID, r.err)
+	}
+	return state, tr, nil
 }
 
 // Snapshot returns the state of the webhook's circuit at now without
@@ -468,7 +475,8 @@ return {0, 0, 'half_open', retry, transition}
 
 // recordScript: KEYS = state, window. ARGV = now_ms, success, probe,
 // window_ms, min_throughput, threshold_pct, base_sleep_ms, max_sleep_ms,
-// probe_successes_needed, max_calls, ttl_ms. Returns the transition.
+// probe_successes_needed, max_calls, ttl_ms. Returns {state after the
+// call, transition}.
 var recordScript = redis.NewScript(luaWindow + `
 local now, success, probe = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3] == '1'
 local window_ms, min_tp, threshold = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -484,25 +492,25 @@ if state == 'closed' then
   if s + f >= min_tp and f * 100 >= threshold * (s + f) then
     redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', now, 'sleep_ms', base)
     redis.call('PEXPIRE', KEYS[1], ttl)
-    return 'opened'
+    return {'open', 'opened'}
   end
-  return ''
+  return {'closed', ''}
 end
-if state ~= 'half_open' or not probe then return '' end
+if state ~= 'half_open' or not probe then return {state, ''} end
 local n = redis.call('HINCRBY', KEYS[1], success and 'probe_successes' or 'probe_failures', 1)
 if success and n >= needed then
   redis.call('DEL', KEYS[1], KEYS[2])
-  return 'closed'
+  return {'closed', 'closed'}
 end
 if not success and n > max_calls - needed then
   local sleep = math.min(2 * (tonumber(st[2]) or base), max_sleep)
   redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', now, 'sleep_ms', sleep,
     'probes_issued', 0, 'probe_successes', 0, 'probe_failures', 0)
   redis.call('PEXPIRE', KEYS[1], ttl)
-  return 'reopened'
+  return {'open', 'reopened'}
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
-return ''
+return {'half_open', ''}
 `)
 
 // snapshotScript: KEYS = state, window. ARGV = now_ms, window_ms. Reads

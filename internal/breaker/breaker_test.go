@@ -56,8 +56,11 @@ func (f *fixture) allow(id string, now time.Time) (Verdict, Transition) {
 
 func (f *fixture) record(id string, now time.Time, success, probe bool) Transition {
 	f.t.Helper()
-	tr, err := f.b.Record(f.ctx, id, f.cfg, now, success, probe)
+	state, tr, err := f.b.Record(f.ctx, id, f.cfg, now, success, probe)
 	require.NoError(f.t, err)
+	snap, err := f.b.Snapshot(f.ctx, id, f.cfg, now)
+	require.NoError(f.t, err)
+	require.Equal(f.t, snap.State, state, "Record answers the state it left")
 	return tr
 }
 
@@ -305,7 +308,7 @@ func hammer(f *fixture, now time.Time, calls int, success bool, probes, halfOpen
 		if v.Probe {
 			probes.Add(1)
 		}
-		if _, err := f.b.Record(f.ctx, "wh", f.cfg, now, success || !v.Probe, v.Probe); err != nil {
+		if _, _, err := f.b.Record(f.ctx, "wh", f.cfg, now, success || !v.Probe, v.Probe); err != nil {
 			return err
 		}
 	}
@@ -414,7 +417,7 @@ func TestInvalidConfig(t *testing.T) {
 		require.ErrorIs(t, cfg.Validate(), ErrInvalidConfig, name)
 		_, _, err := f.b.Allow(f.ctx, "wh", cfg, t0)
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
-		_, err = f.b.Record(f.ctx, "wh", cfg, t0, false, false)
+		_, _, err = f.b.Record(f.ctx, "wh", cfg, t0, false, false)
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
 	require.NoError(t, testConfig().Validate())
@@ -454,8 +457,9 @@ func TestQueuedCallsAfterScriptFlush(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, v.Allowed)
 		require.Equal(t, NoTransition, tr)
-		_, err = rec.Result()
+		state, _, err := rec.Result()
 		require.NoError(t, err)
+		require.Equal(t, Closed, state)
 		snap, err := f.b.Snapshot(f.ctx, id, f.cfg, t0)
 		require.NoError(t, err)
 		require.Equal(t, 1, snap.Failures, "the outcome is counted exactly once")

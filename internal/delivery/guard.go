@@ -127,6 +127,7 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 			}
 		default:
 			metrics.RedisFallback.Set(0)
+			metrics.CircuitState.Set(t.WebhookID, circuitGauge(v.State), now)
 			g.transition(ctx, t, j, tr, now)
 			if !v.Allowed {
 				cancel()
@@ -160,11 +161,13 @@ func (g *Guard) release(ctx context.Context, t wire.Task) {
 	}
 }
 
-// observe feeds an attempt's outcome to the breaker. Client errors other
-// than 408 and 429 say nothing about the endpoint's health and count as
-// successes.
+// observe feeds an attempt's outcome to the breaker, and exports the state
+// the breaker answers (a webhook whose breaker is disabled has a circuit
+// that is always closed). Client errors other than 408 and 429 say nothing
+// about the endpoint's health and count as successes.
 func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, probe bool, now time.Time) {
 	if !j.Breaker.Enabled {
+		metrics.CircuitState.Set(t.WebhookID, metrics.CircuitClosed, now)
 		return
 	}
 	var rec *breaker.RecordCall
@@ -172,15 +175,28 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 	g.pipeline(ctx, func(pipe redis.Pipeliner) {
 		rec, err = g.breaker.QueueRecord(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now, healthy(res), probe)
 	})
+	var state breaker.State
 	var tr breaker.Transition
 	if err == nil {
-		tr, err = rec.Result()
+		state, tr, err = rec.Result()
 	}
 	if err != nil {
 		g.fallback(err)
 		return
 	}
+	metrics.CircuitState.Set(t.WebhookID, circuitGauge(state), now)
 	g.transition(ctx, t, j, tr, now)
+}
+
+// circuitGauge is the value of hookline_circuit_breaker_state for s.
+func circuitGauge(s breaker.State) float64 {
+	switch s {
+	case breaker.Open:
+		return metrics.CircuitOpen
+	case breaker.HalfOpen:
+		return metrics.CircuitHalfOpen
+	}
+	return metrics.CircuitClosed
 }
 
 func healthy(res Response) bool {
@@ -201,20 +217,21 @@ VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (webhook_id) DO UPDATE SET state = $2, opened_at = $3, sleep_window_ms = $4, updated_at = $5
 WHERE circuit_breaker_states.updated_at <= $5`
 
-// transition records a state change: Postgres, metrics and a log line.
+// transition records a state change: Postgres, the transitions counter and
+// a log line (the state gauge is the caller's, set from every answer of
+// the breaker).
 func (g *Guard) transition(ctx context.Context, t wire.Task, j job, tr breaker.Transition, now time.Time) {
 	if tr == breaker.NoTransition {
 		return
 	}
 	metrics.CircuitTransitions.WithLabelValues(string(tr)).Inc()
-	state, gauge := "closed", 0.0
+	state := "closed"
 	switch tr {
 	case breaker.Opened, breaker.Reopened:
-		state, gauge = "open", 2
+		state = "open"
 	case breaker.HalfOpened:
-		state, gauge = "half_open", 1
+		state = "half_open"
 	}
-	metrics.CircuitState.WithLabelValues(t.WebhookID.String()).Set(gauge)
 	var openedAt *time.Time
 	var sleepMS int64
 	if snap, err := g.breaker.Snapshot(ctx, t.WebhookID.String(), breakerConfig(j), now); err == nil && state != "closed" {

@@ -185,7 +185,7 @@ func TestCircuitResetClearsTheLiveCircuit(t *testing.T) {
 
 // record feeds one outcome to the API's breaker, as a worker would.
 func record(ctx context.Context, b *breaker.Breaker, id string, cfg breaker.Config, now time.Time, success bool) error {
-	_, err := b.Record(ctx, id, cfg, now, success, false)
+	_, _, err := b.Record(ctx, id, cfg, now, success, false)
 	return err
 }
 

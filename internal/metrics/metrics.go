@@ -181,18 +181,9 @@ var (
 // Circuit breakers and rate limits.
 var (
 	// CircuitState is the only metric labelled by webhook: one series (and
-	// one timestamp beside it) per webhook whose circuit changed state while
-	// this worker ran, so at most webhooks x workers series.
-	CircuitState = &CircuitStates{
-		state: promauto.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "circuit_breaker_state",
-			Help: "Circuit state per webhook as this worker last saw it: 0 closed, 1 half-open, 2 open. One series per webhook.",
-		}, []string{"webhook_id"}),
-		updated: promauto.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "circuit_breaker_state_updated_timestamp_seconds",
-			Help: "Unix time this worker last set circuit_breaker_state for the webhook; across workers the latest one is the current state.",
-		}, []string{"webhook_id"}),
-	}
+	// one timestamp beside it) per webhook with recent traffic through
+	// this worker, so at most webhooks in use x workers series.
+	CircuitState       = newCircuitStates()
 	CircuitTransitions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "circuit_breaker_transitions_total",
 		Help: "Circuit transitions decided by this worker: opened, half_opened, closed, reopened.",
@@ -222,4 +213,4 @@ var (
 	})
 )
 
-func init() { prometheus.MustRegister(dependencyUp) }
+func init() { prometheus.MustRegister(dependencyUp, CircuitState) }

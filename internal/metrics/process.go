@@ -120,29 +120,3 @@ func (d *dependencyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, up, name)
 	}
 }
-
-// CircuitStates is the circuit state gauge, with beside each series the
-// time it was last set. Each worker exports a circuit as it last saw it, so
-// with several workers the current state of a webhook's circuit is the one
-// set most recently (the hookline:circuit_breaker_state:latest rule in
-// deploy/prometheus).
-type CircuitStates struct {
-	state, updated *prometheus.GaugeVec
-}
-
-// WithLabelValues returns the state gauge of one webhook's circuit; its Set
-// also records the time.
-func (c *CircuitStates) WithLabelValues(webhookID string) prometheus.Gauge {
-	return stampedGauge{Gauge: c.state.WithLabelValues(webhookID), at: c.updated.WithLabelValues(webhookID)}
-}
-
-type stampedGauge struct {
-	prometheus.Gauge
-	at prometheus.Gauge
-}
-
-// Set sets the gauge and stamps the time.
-func (g stampedGauge) Set(v float64) {
-	g.Gauge.Set(v)
-	g.at.SetToCurrentTime()
-}

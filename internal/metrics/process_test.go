@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -39,9 +40,16 @@ func gather(t *testing.T) map[string]*dto.MetricFamily {
 // include want, failing when there is none.
 func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
 	t.Helper()
-	mf := mfs[name]
-	require.NotNil(t, mf, "family %s is exported", name)
-	for _, m := range mf.GetMetric() {
+	require.NotNil(t, mfs[name], "family %s is exported", name)
+	v, ok := find(mfs, name, want)
+	require.True(t, ok, "no series of %s with %v", name, want)
+	return v
+}
+
+// find returns the value of the series of family name whose labels
+// include want, and whether there is one.
+func find(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	for _, m := range mfs[name].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
@@ -55,15 +63,14 @@ func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map
 		}
 		switch {
 		case m.Counter != nil:
-			return m.GetCounter().GetValue()
+			return m.GetCounter().GetValue(), true
 		case m.Gauge != nil:
-			return m.GetGauge().GetValue()
+			return m.GetGauge().GetValue(), true
 		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount())
+			return float64(m.GetHistogram().GetSampleCount()), true
 		}
 	}
-	t.Fatalf("no series of %s with %v", name, want)
-	return 0
+	return 0, false
 }
 
 // Init pre-creates each process's known series at zero, exports the
@@ -104,18 +111,47 @@ func TestInit(t *testing.T) {
 	require.NotContains(t, mfs, "hookline_batch_operations", "measured gauges wait for their first measurement")
 }
 
-// Setting a circuit's state stamps the time beside it.
+// Setting a circuit's state stamps the time of the observation beside it.
 func TestCircuitStateIsStamped(t *testing.T) {
 	t.Parallel()
-	id := "circuit-state-test"
-	before := float64(time.Now().UnixNano()) / 1e9
-	metrics.CircuitState.WithLabelValues(id).Set(2)
-	after := float64(time.Now().UnixNano()) / 1e9
+	id := uuid.New()
+	at := time.Now().Add(-time.Second)
+	metrics.CircuitState.Set(id, metrics.CircuitOpen, at)
+	metrics.CircuitState.Set(id, metrics.CircuitClosed, at.Add(-time.Second)) // an older observation, reported late
 	mfs := gather(t)
-	require.Equal(t, 2.0, value(t, mfs, "hookline_circuit_breaker_state", map[string]string{"webhook_id": id}))
-	at := value(t, mfs, "hookline_circuit_breaker_state_updated_timestamp_seconds", map[string]string{"webhook_id": id})
-	require.GreaterOrEqual(t, at, before)
-	require.LessOrEqual(t, at, after)
+	require.Equal(t, 2.0, value(t, mfs, "hookline_circuit_breaker_state", map[string]string{"webhook_id": id.String()}))
+	stamp := value(t, mfs, "hookline_circuit_breaker_state_updated_timestamp_seconds", map[string]string{"webhook_id": id.String()})
+	require.InDelta(t, float64(at.UnixNano())/1e9, stamp, 1e-3)
+}
+
+// A closed circuit not observed for 10 minutes, and one in another state
+// not observed for 2 hours, leave the metrics; the others stay.
+func TestIdleCircuitsLeaveTheMetrics(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	cases := []struct {
+		state float64
+		age   time.Duration
+		kept  bool
+	}{
+		{metrics.CircuitClosed, 9 * time.Minute, true},
+		{metrics.CircuitClosed, 11 * time.Minute, false},
+		{metrics.CircuitOpen, 11 * time.Minute, true},
+		{metrics.CircuitHalfOpen, 119 * time.Minute, true},
+		{metrics.CircuitOpen, 121 * time.Minute, false},
+	}
+	ids := make([]uuid.UUID, len(cases))
+	for i, c := range cases {
+		ids[i] = uuid.New()
+		metrics.CircuitState.Set(ids[i], c.state, now.Add(-c.age))
+	}
+	for range 2 { // dropped at the first scrape, still absent at the next
+		mfs := gather(t)
+		for i, c := range cases {
+			_, found := find(mfs, "hookline_circuit_breaker_state", map[string]string{"webhook_id": ids[i].String()})
+			require.Equal(t, c.kept, found, "state %v observed %s ago", c.state, c.age)
+		}
+	}
 }
 
 // The label values Init knows are those the code uses: the breaker's
