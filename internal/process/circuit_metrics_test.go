@@ -43,7 +43,7 @@ func TestClosedCircuitsAreExportedAfterTraffic(t *testing.T) {
 
 	addr := freeAddr(t)
 	worker := start(t, "worker", "DATABASE_URL="+dbURL, "METRICS_ADDR="+addr, "AMQP_PREFIX="+topo.Prefix,
-		"ALLOW_PRIVATE_NETWORKS=true", "REDIS_PREFIX="+randomPrefix(t))
+		"ALLOW_PRIVATE_NETWORKS=true", "REDIS_PREFIX="+redisPrefix(t))
 	waitReady(t, worker, "http://"+addr+"/readyz")
 	waitFor(t, 30*time.Second, worker, func() bool { return okHits.Load() == 1 && failHits.Load() == 1 }, "one attempt to each endpoint")
 

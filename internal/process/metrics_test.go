@@ -1,8 +1,6 @@
 package process_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,7 +60,7 @@ func TestDashboardAndAlertMetricsAreExported(t *testing.T) {
 	// retention run every second.
 	cfgFile := filepath.Join(t.TempDir(), "hookline.yaml")
 	require.NoError(t, os.WriteFile(cfgFile, []byte("database:\n  max_conns: 6\nretention:\n  interval: 1s\n"), 0o600))
-	env := []string{"DATABASE_URL=" + dbURL, "AMQP_PREFIX=" + topo.Prefix, "REDIS_PREFIX=" + randomPrefix(t),
+	env := []string{"DATABASE_URL=" + dbURL, "AMQP_PREFIX=" + topo.Prefix, "REDIS_PREFIX=" + redisPrefix(t),
 		"ALLOW_PRIVATE_NETWORKS=true", "HOOKLINE_CONFIG=" + cfgFile}
 	apiAddr := freeAddr(t)
 	api := start(t, "api", append(env, "API_ADDR="+apiAddr)...)
@@ -162,14 +160,6 @@ func TestDashboardAndAlertMetricsAreExported(t *testing.T) {
 		}
 	}
 	require.Positive(t, failHits.Load())
-}
-
-func randomPrefix(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 5)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return "test-" + hex.EncodeToString(b) + ":"
 }
 
 func getJSON(t *testing.T, url, token string) map[string]any {

@@ -26,6 +26,7 @@ import (
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/redistest"
 	"github.com/hookline/hookline/internal/signature"
 	"github.com/hookline/hookline/internal/testlog"
 )
@@ -91,7 +92,10 @@ func start(t *testing.T, name string, env ...string) *proc {
 	cmd.Dir = t.TempDir() // no config/hookline.yaml here: defaults plus env only
 	cfg := filepath.Join(cmd.Dir, "small-pools.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(smallPools), 0o600))
-	cmd.Env = append(os.Environ(), append([]string{"HOOKLINE_CONFIG=" + cfg, "ADMIN_TOKEN=process-test-token"}, env...)...)
+	// The test's own Redis prefix, shared by its processes and emptied when
+	// it ends; env may name another (the last value of a name wins).
+	cmd.Env = append(os.Environ(), append([]string{"HOOKLINE_CONFIG=" + cfg, "ADMIN_TOKEN=process-test-token",
+		"REDIS_PREFIX=" + redisPrefix(t)}, env...)...)
 	p := &proc{cmd: cmd, out: &testlog.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	require.NoError(t, cmd.Start())
@@ -100,6 +104,22 @@ func start(t *testing.T, name string, env ...string) *proc {
 		_ = cmd.Process.Kill()
 		p.done <- <-p.done
 	})
+	return p
+}
+
+// redisPrefixes holds each running test's Redis key prefix.
+var redisPrefixes sync.Map // *testing.T -> string
+
+// redisPrefix is t's Redis key prefix: the same for every process the test
+// starts, its keys deleted when the test ends.
+func redisPrefix(t *testing.T) string {
+	t.Helper()
+	if p, ok := redisPrefixes.Load(t); ok {
+		return p.(string)
+	}
+	p := redistest.Prefix(t)
+	redisPrefixes.Store(t, p)
+	t.Cleanup(func() { redisPrefixes.Delete(t) })
 	return p
 }
 
