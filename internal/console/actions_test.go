@@ -26,7 +26,7 @@ func (e *env) lastAudit(action string) auditRow {
 	e.t.Helper()
 	var r auditRow
 	var details []byte
-	err := e.pool.QueryRow(context.Background(), `SELECT actor_key_id, target_type, target_id, details, remote_addr
+	err := e.Pool.QueryRow(context.Background(), `SELECT actor_key_id, target_type, target_id, details, remote_addr
 		FROM audit_log WHERE action = $1 ORDER BY id DESC LIMIT 1`, action).Scan(&r.KeyID, &r.TargetType, &r.TargetID, &details, &r.RemoteAddr)
 	require.NoError(e.t, err, action)
 	require.NoError(e.t, json.Unmarshal(details, &r.Details))
@@ -37,14 +37,14 @@ func (e *env) lastAudit(action string) auditRow {
 func (e *env) keyID(tenantID uuid.UUID) uuid.UUID {
 	e.t.Helper()
 	var id uuid.UUID
-	require.NoError(e.t, e.pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE tenant_id = $1`, tenantID).Scan(&id))
+	require.NoError(e.t, e.Pool.QueryRow(context.Background(), `SELECT id FROM api_keys WHERE tenant_id = $1`, tenantID).Scan(&id))
 	return id
 }
 
 func TestRetryAction(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	dead := e.seed(tenantID, hook, 1, "order.created", "exhausted")[0]
 	done := e.seed(tenantID, hook, 1, "order.created", "succeeded")[0]
@@ -57,10 +57,10 @@ func TestRetryAction(t *testing.T) {
 	require.True(t, strings.HasPrefix(p.Location, "/console/deliveries/"), p.Location)
 	var retry uuid.UUID
 	var priority, status string
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT id, priority FROM deliveries WHERE retry_of = $1`, dead).Scan(&retry, &priority))
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT id, priority FROM deliveries WHERE retry_of = $1`, dead).Scan(&retry, &priority))
 	require.Equal(t, "/console/deliveries/"+retry.String()+"?notice=retried", p.Location)
 	require.Equal(t, "high", priority)
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT status FROM deliveries WHERE id = $1`, dead).Scan(&status))
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT status FROM deliveries WHERE id = $1`, dead).Scan(&status))
 	require.Equal(t, "exhausted", status, "the original is kept as it was")
 
 	a := e.lastAudit("delivery.retried")
@@ -85,18 +85,18 @@ func TestRetryAction(t *testing.T) {
 	require.Contains(t, p.Body, "not exhausted")
 	p = c.post("/console/deliveries/"+dead.String()+"/retry", url.Values{"priority": {"urgent"}})
 	require.Equal(t, http.StatusBadRequest, p.Status)
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
 }
 
 func TestReplayAction(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/one", nil)
 	e.webhook(key, "http://127.0.0.1:1/two", nil)
 	d := e.seed(tenantID, hook, 1, "order.created", "succeeded")[0]
 	var eventID uuid.UUID
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT event_id FROM deliveries WHERE id = $1`, d).Scan(&eventID))
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT event_id FROM deliveries WHERE id = $1`, d).Scan(&eventID))
 	c := e.client()
 	c.signIn(key)
 
@@ -105,7 +105,7 @@ func TestReplayAction(t *testing.T) {
 		"webhook_id": {hook.String()}, "delivery_id": {d.String()}})
 	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
 	var replay, newDelivery uuid.UUID
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT e.id, d.id FROM events e JOIN deliveries d ON d.event_id = e.id
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT e.id, d.id FROM events e JOIN deliveries d ON d.event_id = e.id
 		WHERE e.replay_of = $1`, eventID).Scan(&replay, &newDelivery))
 	require.Equal(t, "/console/deliveries/"+newDelivery.String()+"?notice=replayed", p.Location)
 	a := e.lastAudit("event.replayed")
@@ -118,11 +118,11 @@ func TestReplayAction(t *testing.T) {
 		"webhook_id": {hook.String()}, "delivery_id": {d.String()}})
 	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
 	require.Equal(t, "/console/deliveries/"+d.String()+"?notice=replayed_all", p.Location)
-	require.Equal(t, 2, e.count(`SELECT count(*) FROM events WHERE replay_of = $1`, eventID))
-	require.Equal(t, 3, e.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id WHERE e.replay_of = $1`, eventID))
+	require.Equal(t, 2, e.Count(`SELECT count(*) FROM events WHERE replay_of = $1`, eventID))
+	require.Equal(t, 3, e.Count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id WHERE e.replay_of = $1`, eventID))
 
 	// Once retention removed the payload, the replay is refused.
-	_, err := e.pool.Exec(context.Background(), `UPDATE events SET data = NULL WHERE id = $1`, eventID)
+	_, err := e.Pool.Exec(context.Background(), `UPDATE events SET data = NULL WHERE id = $1`, eventID)
 	require.NoError(t, err)
 	p = c.post("/console/events/"+eventID.String()+"/replay", url.Values{"delivery_id": {d.String()}})
 	require.Equal(t, http.StatusConflict, p.Status)
@@ -132,7 +132,7 @@ func TestReplayAction(t *testing.T) {
 func TestCircuitActions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	c := e.client()
 	c.signIn(key)
@@ -142,7 +142,7 @@ func TestCircuitActions(t *testing.T) {
 	p := c.post(path+"/circuit-breaker", url.Values{"action": {"force_open"}, "duration_seconds": {"3600"}})
 	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
 	require.Equal(t, path+"?notice=force_open", p.Location)
-	st, _, err := e.overrides.Load(context.Background(), hook)
+	st, _, err := e.Stack.Deps.Overrides.Load(context.Background(), hook)
 	require.NoError(t, err)
 	require.Equal(t, "open", *st.ForcedState)
 	require.WithinDuration(t, time.Now().Add(time.Hour), *st.ForcedUntil, time.Minute)
@@ -155,7 +155,7 @@ func TestCircuitActions(t *testing.T) {
 
 	p = c.post(path+"/circuit-breaker", url.Values{"action": {"force_close"}})
 	require.Equal(t, http.StatusSeeOther, p.Status)
-	st, _, err = e.overrides.Load(context.Background(), hook)
+	st, _, err = e.Stack.Deps.Overrides.Load(context.Background(), hook)
 	require.NoError(t, err)
 	require.Equal(t, "closed", *st.ForcedState)
 	require.Nil(t, st.ForcedUntil)
@@ -163,22 +163,22 @@ func TestCircuitActions(t *testing.T) {
 
 	p = c.post(path+"/circuit-breaker", url.Values{"action": {"reset"}})
 	require.Equal(t, http.StatusSeeOther, p.Status)
-	st, _, err = e.overrides.Load(context.Background(), hook)
+	st, _, err = e.Stack.Deps.Overrides.Load(context.Background(), hook)
 	require.NoError(t, err)
 	require.Nil(t, st.ForcedState)
-	require.Equal(t, 3, e.count(`SELECT count(*) FROM audit_log WHERE action = 'webhook.circuit_breaker_overridden'`))
+	require.Equal(t, 3, e.Count(`SELECT count(*) FROM audit_log WHERE action = 'webhook.circuit_breaker_overridden'`))
 
 	for _, form := range []url.Values{{"action": {"explode"}}, {"action": {"force_open"}, "duration_seconds": {"7"}}} {
 		p = c.post(path+"/circuit-breaker", form)
 		require.Equal(t, http.StatusBadRequest, p.Status, form)
 	}
-	require.Equal(t, 3, e.count(`SELECT count(*) FROM audit_log WHERE action = 'webhook.circuit_breaker_overridden'`))
+	require.Equal(t, 3, e.Count(`SELECT count(*) FROM audit_log WHERE action = 'webhook.circuit_breaker_overridden'`))
 }
 
 func TestBatchActions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	e.seed(tenantID, hook, 3, "order.created", "exhausted")
 	e.seed(tenantID, hook, 2, "invoice.paid", "exhausted")
@@ -201,7 +201,7 @@ func TestBatchActions(t *testing.T) {
 	var rps int
 	var prio string
 	var filter []byte
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT id, requests_per_second, priority, filter FROM batch_operations`).
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT id, requests_per_second, priority, filter FROM batch_operations`).
 		Scan(&id, &rps, &prio, &filter))
 	require.Equal(t, 25, rps)
 	require.Equal(t, "low", prio)
@@ -223,7 +223,7 @@ func TestBatchActions(t *testing.T) {
 		require.Contains(t, p.Body, `role="alert"`)
 		require.NotContains(t, p.Body, `http-equiv="refresh"`)
 	}
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM batch_operations`))
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM batch_operations`))
 
 	p = c.post("/console/dlq/batches/"+id.String()+"/cancel", nil)
 	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
@@ -239,7 +239,7 @@ func TestBatchActions(t *testing.T) {
 func TestAuditPage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	dead := e.seed(tenantID, hook, 1, "order.created", "exhausted")[0]
 	c := e.client()

@@ -15,13 +15,13 @@ import (
 func TestSignOutEndsTheSessionServerSide(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, key := e.tenant("acme")
+	_, key := e.Tenant("acme")
 	c := e.client()
 	c.signIn(key)
 	other := e.client()
 	other.signIn(key)
 
-	u, err := url.Parse(e.api.URL + "/console/")
+	u, err := url.Parse(e.URL + "/console/")
 	require.NoError(t, err)
 	cookies := c.http.Jar.Cookies(u)
 	require.Len(t, cookies, 1)
@@ -37,7 +37,7 @@ func TestSignOutEndsTheSessionServerSide(t *testing.T) {
 	require.True(t, strings.HasPrefix(p.Location, "/console/sign-in"), p.Location)
 
 	require.Equal(t, http.StatusOK, other.get("/console/webhooks").Status, "only the session that signed out ended")
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM console_sessions_ended`))
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM console_sessions_ended`))
 
 	// Signing in again starts a new session.
 	c.signIn(key)

@@ -14,7 +14,7 @@ import (
 func TestNoSessionRedirectsToSignIn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	dead := e.seed(tenantID, hook, 1, "order.created", "exhausted")[0]
 	c := e.client()
@@ -28,7 +28,7 @@ func TestNoSessionRedirectsToSignIn(t *testing.T) {
 	p := c.post("/console/deliveries/"+dead.String()+"/retry", url.Values{"csrf": {"x"}})
 	require.Equal(t, http.StatusSeeOther, p.Status)
 	require.Equal(t, "/console/sign-in", p.Location)
-	require.Zero(t, e.count(`SELECT count(*) FROM deliveries WHERE retry_of = $1`, dead))
+	require.Zero(t, e.Count(`SELECT count(*) FROM deliveries WHERE retry_of = $1`, dead))
 
 	// After signing in, the browser goes where it was sent from.
 	c.get("/console/sign-in?next=" + url.QueryEscape("/console/dlq"))
@@ -45,7 +45,7 @@ func TestNoSessionRedirectsToSignIn(t *testing.T) {
 func TestSignInRefusesWrongKeys(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, key := e.tenant("acme")
+	_, key := e.Tenant("acme")
 	c := e.client()
 	c.get("/console/sign-in")
 	for _, bad := range []string{"", "hk_nope", key + "x", "Bearer " + key} {
@@ -63,12 +63,12 @@ func TestSignInRefusesWrongKeys(t *testing.T) {
 func TestSessionCookieAttributes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, key := e.tenant("acme")
+	_, key := e.Tenant("acme")
 	for _, overTLS := range []bool{false, true} {
 		c := e.client()
 		c.get("/console/sign-in")
 		form := url.Values{"api_key": {key}, "csrf": {c.csrf}}
-		req, err := http.NewRequest("POST", e.api.URL+"/console/sign-in", strings.NewReader(form.Encode()))
+		req, err := http.NewRequest("POST", e.URL+"/console/sign-in", strings.NewReader(form.Encode()))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if overTLS {
@@ -97,7 +97,7 @@ func TestSessionCookieAttributes(t *testing.T) {
 func TestSignInFormNeedsItsToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, key := e.tenant("acme")
+	_, key := e.Tenant("acme")
 	c := e.client()
 	p := c.post("/console/sign-in", url.Values{"api_key": {key}, "csrf": {"forged"}})
 	require.Equal(t, http.StatusForbidden, p.Status)
@@ -112,7 +112,7 @@ func TestSignInFormNeedsItsToken(t *testing.T) {
 func TestSessionEnds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	_, key := e.tenant("acme")
+	_, key := e.Tenant("acme")
 	status, second := e.call("POST", "/v1/api-keys", key, map[string]any{"name": "operator"})
 	require.Equal(t, http.StatusCreated, status, second)
 	c := e.client()
@@ -129,7 +129,7 @@ func TestSessionEnds(t *testing.T) {
 
 	c = e.client()
 	c.signIn(key)
-	u, err := url.Parse(e.api.URL + "/console/")
+	u, err := url.Parse(e.URL + "/console/")
 	require.NoError(t, err)
 	cookies := c.http.Jar.Cookies(u)
 	require.Len(t, cookies, 1)
@@ -149,7 +149,7 @@ func TestSessionEnds(t *testing.T) {
 func TestCSRFRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	dead := e.seed(tenantID, hook, 1, "order.created", "exhausted")[0]
 	other := e.client()
@@ -174,8 +174,8 @@ func TestCSRFRefused(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, p.Status, "%s with %q", path, token)
 		}
 	}
-	require.Zero(t, e.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
-	require.Zero(t, e.count(`SELECT count(*) FROM circuit_breaker_states`))
-	require.Zero(t, e.count(`SELECT count(*) FROM batch_operations`))
+	require.Zero(t, e.Count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
+	require.Zero(t, e.Count(`SELECT count(*) FROM circuit_breaker_states`))
+	require.Zero(t, e.Count(`SELECT count(*) FROM batch_operations`))
 	require.Equal(t, http.StatusOK, c.get("/console/webhooks").Status, "still signed in")
 }

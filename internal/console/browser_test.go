@@ -147,7 +147,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
 	e := newEnv(t, withWorkers)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 
 	var failing atomic.Bool
 	failing.Store(true)
@@ -183,13 +183,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		"data": map[string]any{"order_id": 42, "customer": "c_1729", "items": []map[string]any{{"sku": "TEA-01", "qty": 2}}, "total": "19.80"}})
 	require.Equal(t, http.StatusAccepted, status, body)
 	testwait.Eventually(t, 30*time.Second, func() bool {
-		return e.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'exhausted' AND dead_lettered_at IS NOT NULL`, orders) == 1 &&
-			e.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 3
+		return e.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'exhausted' AND dead_lettered_at IS NOT NULL`, orders) == 1 &&
+			e.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 3
 	}, "the order delivery to be exhausted and the invoices delivered")
 	failing.Store(false)
 
 	// Sign in: the console sends the browser to sign-in first.
-	b.do(chromedp.Navigate(e.api.URL + "/console/webhooks"))
+	b.do(chromedp.Navigate(e.URL + "/console/webhooks"))
 	require.Contains(t, b.location(), "/console/sign-in?next=")
 	b.screenshot("01-sign-in")
 	b.do(chromedp.SendKeys(chromedp.CSS("#api_key"), key), chromedp.Click(chromedp.CSS(`button[type="submit"].primary`)),
@@ -211,13 +211,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(`form[action$="/retry"] button`)), chromedp.WaitVisible(chromedp.CSS(".notice")))
 	require.Contains(t, b.location(), "notice=retried")
 	b.waitText(".meta .badge", "succeeded", 30*time.Second)
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded' AND retry_of IS NOT NULL`, orders))
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded' AND retry_of IS NOT NULL`, orders))
 	b.screenshot("05-delivery-retried")
 
 	// A batch: eight more dead letters of the same webhook, retried at 4
 	// per second from the DLQ page, which reloads itself until it ends.
 	e.seed(tenantID, orders, 8, "order.updated", "exhausted")
-	b.do(chromedp.Navigate(e.api.URL+"/console/dlq"), chromedp.WaitVisible(chromedp.CSS("#counts-h")))
+	b.do(chromedp.Navigate(e.URL+"/console/dlq"), chromedp.WaitVisible(chromedp.CSS("#counts-h")))
 	require.Equal(t, "8 waiting", b.text("#counts-h"))
 	b.do(chromedp.Click(chromedp.CSS(`input[name="failure_category"][value="server_error"]`)),
 		chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)))
@@ -235,7 +235,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.screenshot("08-dlq-batch-completed")
 
 	// Every action is in the audit log.
-	b.do(chromedp.Navigate(e.api.URL+"/console/audit"), chromedp.WaitVisible(chromedp.CSS("table")))
+	b.do(chromedp.Navigate(e.URL+"/console/audit"), chromedp.WaitVisible(chromedp.CSS("table")))
 	audit := b.text("table tbody")
 	for _, action := range []string{"console.signed_in", "delivery.retried", "dlq.batch_retry_created"} {
 		require.Contains(t, audit, action)
@@ -244,16 +244,16 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The same pages on a phone.
 	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
-		chromedp.Navigate(e.api.URL+"/console/webhooks"), chromedp.WaitVisible(chromedp.CSS("table")))
+		chromedp.Navigate(e.URL+"/console/webhooks"), chromedp.WaitVisible(chromedp.CSS("table")))
 	b.screenshot("10-webhooks-phone")
-	b.do(chromedp.Navigate(e.api.URL+"/console/webhooks/"+orders.String()), chromedp.WaitVisible(chromedp.CSS("table.deliveries")))
+	b.do(chromedp.Navigate(e.URL+"/console/webhooks/"+orders.String()), chromedp.WaitVisible(chromedp.CSS("table.deliveries")))
 	b.viewportShot("11-webhook-phone")
 	b.do(chromedp.ScrollIntoView(chromedp.CSS("table.deliveries tbody tr:nth-child(8)")))
 	b.viewportShot("12-webhook-history-phone")
 
 	// Signing out ends the session in the browser.
 	b.do(chromedp.Click(chromedp.CSS(`form[action="/console/sign-out"] button`)), chromedp.WaitVisible(chromedp.CSS("#api_key")))
-	b.do(chromedp.Navigate(e.api.URL + "/console/dlq"))
+	b.do(chromedp.Navigate(e.URL + "/console/dlq"))
 	require.Contains(t, b.location(), "/console/sign-in")
 	require.False(t, errors.Is(b.ctx.Err(), context.Canceled))
 }

@@ -1,152 +1,51 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/config"
-	"github.com/hookline/hookline/internal/console"
-	"github.com/hookline/hookline/internal/db/dbtest"
-	"github.com/hookline/hookline/internal/delivery"
-	"github.com/hookline/hookline/internal/dlq"
-	"github.com/hookline/hookline/internal/event"
-	"github.com/hookline/hookline/internal/health"
-	"github.com/hookline/hookline/internal/history"
-	"github.com/hookline/hookline/internal/httpapi"
-	"github.com/hookline/hookline/internal/netguard"
-	"github.com/hookline/hookline/internal/outbox"
-	"github.com/hookline/hookline/internal/queue"
-	"github.com/hookline/hookline/internal/queue/queuetest"
-	"github.com/hookline/hookline/internal/ratelimit"
-	"github.com/hookline/hookline/internal/redistest"
-	"github.com/hookline/hookline/internal/tenant"
-	"github.com/hookline/hookline/internal/webhook"
+	"github.com/hookline/hookline/internal/systemtest"
 )
 
-const adminToken = "console-test-admin-token"
-
-// env is an api (with its console) on its own database, queues and Redis
-// prefix; with workers, also the delivery workers, the dlq recorder and the
-// batch runner, as the three processes run them.
+// env is a systemtest system serving the console; with workers, also the
+// delivery workers, the dlq recorder and the batch runner.
 type env struct {
-	t           *testing.T
-	pool        *pgxpool.Pool
-	api         *httptest.Server
-	overrides   *breaker.Overrides
-	rdb         *redis.Client
-	redisPrefix string
+	*systemtest.System
+	t *testing.T
 }
 
-type envOptions struct {
-	workers bool
-}
+// withWorkers runs the worker and dlq parts too, with 8 delivery handlers.
+func withWorkers(o *systemtest.Options) { o.Workers = 8 }
 
-func withWorkers(o *envOptions) { o.workers = true }
-
-func newEnv(t *testing.T, opts ...func(*envOptions)) *env {
+func newEnv(t *testing.T, opts ...func(*systemtest.Options)) *env {
 	t.Helper()
-	var o envOptions
+	var o systemtest.Options
 	for _, f := range opts {
 		f(&o)
 	}
-	pool := dbtest.New(t)
-	log := slog.New(slog.DiscardHandler)
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	redisPrefix := redistest.Prefix(t)
-	topo := queuetest.NewTopology(t)
-	conn := queue.NewConn(queuetest.URL(), log)
-	pub := queue.NewPublisher(conn, topo, 2)
-	dispatcher := outbox.NewDispatcher(pool, pub, log)
-	relay := outbox.NewRelay(pool, pub, log)
-	relay.Age, relay.Interval = time.Second, 200*time.Millisecond
-	events := event.NewService(pool, rdb, redisPrefix, dispatcher, log)
-
-	cfg := config.Default()
-	cfg.API.AdminToken = adminToken
-	cfg.Network.AllowPrivateNetworks = true
-	overrides := breaker.NewOverrides(pool)
-	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: history.NewReader(pool),
-		DLQ: dlq.NewStore(pool, dispatcher), Breaker: breaker.New(rdb, redisPrefix), Overrides: overrides,
-		Limits: ratelimit.New(rdb, redisPrefix), Checks: health.Checks{}, Console: console.Config{DB: pool}})
-	require.NoError(t, err)
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(api.Close)
-
-	parts := []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run}
-	if o.workers {
-		sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 2 * time.Second, MaxConnsPerHost: 5,
-			UserAgent: delivery.UserAgent}, netguard.Policy{AllowPrivate: true})
-		guard := delivery.NewGuard(breaker.New(rdb, redisPrefix), ratelimit.New(rdb, redisPrefix), pool, log)
-		worker := delivery.NewWorker(pool, sender, guard, pub, log)
-		consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: 8, Grace: time.Second}, worker.Handle)
-		recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8,
-			Concurrency: 2, Grace: time.Second}, dlq.NewRecorder(pool, dispatcher, log).Handle)
-		batches := dlq.NewRunner(pool, dispatcher, log, 2, 2*time.Second)
-		batches.Poll = 100 * time.Millisecond
-		parts = append(parts, recorder.Run, batches.Run,
-			func(ctx context.Context) error { return worker.Serve(ctx, consumer.Run) })
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range parts {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = run(ctx) }()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	queuetest.WaitConnected(t, conn)
-	return &env{t: t, pool: pool, api: api, overrides: overrides, rdb: rdb, redisPrefix: redisPrefix}
+	return &env{System: systemtest.Start(t, o), t: t}
 }
 
 // call is a REST API request; it returns the status and decoded body.
 func (e *env) call(method, path, token string, body any) (int, map[string]any) {
 	e.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		require.NoError(e.t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, e.api.URL+path, rd)
-	require.NoError(e.t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(e.t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(e.t, err)
+	status, raw := e.Call(method, path, token, body)
 	var out map[string]any
 	if len(raw) > 0 {
 		require.NoError(e.t, json.Unmarshal(raw, &out), string(raw))
 	}
-	return res.StatusCode, out
-}
-
-// tenant creates a tenant and returns its id and API key.
-func (e *env) tenant(name string) (uuid.UUID, string) {
-	e.t.Helper()
-	status, body := e.call("POST", "/v1/tenants", adminToken, map[string]any{"name": name})
-	require.Equal(e.t, http.StatusCreated, status, body)
-	return uuid.MustParse(body["id"].(string)), body["api_key"].(string)
+	return status, out
 }
 
 // webhook registers an endpoint for every event and returns its id.
@@ -178,7 +77,7 @@ const shiftedID = `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
 func (e *env) seedAt(tenantID, hook uuid.UUID, n int, eventType, status string, shift time.Duration) []uuid.UUID {
 	e.t.Helper()
 	ctx := context.Background()
-	rows, err := e.pool.Query(ctx, `WITH ev AS (
+	rows, err := e.Pool.Query(ctx, `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, created_at)
     SELECT `+shiftedID+`, $1, $3, 'seed', 'seed-' || gen_random_uuid(), '\x00', 'normal',
         json_build_object('n', g, 'note', 'seeded'), now() + $6::interval
@@ -205,7 +104,7 @@ RETURNING id`, tenantID, hook, eventType, n, status, shift)
 	}
 	require.NoError(e.t, rows.Err())
 	if status == "exhausted" || status == "succeeded" {
-		_, err = e.pool.Exec(ctx, `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id,
+		_, err = e.Pool.Exec(ctx, `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id,
     webhook_id, status_code, failure_category, error, duration_ms, response_headers, response_body_sample, scheduled_at, executed_at)
 SELECT id, created_at, 1, tenant_id, webhook_id, last_status_code, failure_category, last_error, 42,
     '{"Content-Type": "text/plain"}', CASE WHEN status = 'exhausted' THEN 'bad gateway' ELSE 'ok' END, created_at, now()
@@ -213,13 +112,6 @@ FROM deliveries WHERE id = ANY($1)`, ids)
 		require.NoError(e.t, err)
 	}
 	return ids
-}
-
-func (e *env) count(sql string, args ...any) int {
-	e.t.Helper()
-	var n int
-	require.NoError(e.t, e.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
 }
 
 // client is a browser without JavaScript: a cookie jar, redirects not
@@ -234,7 +126,7 @@ type client struct {
 func (e *env) client() *client {
 	jar, err := cookiejar.New(nil)
 	require.NoError(e.t, err)
-	return &client{t: e.t, base: e.api.URL, http: &http.Client{Jar: jar,
+	return &client{t: e.t, base: e.URL, http: &http.Client{Jar: jar,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 

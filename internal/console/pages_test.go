@@ -21,12 +21,12 @@ import (
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	aID, aKey := e.tenant("alpha")
-	_, bKey := e.tenant("beta")
+	aID, aKey := e.Tenant("alpha")
+	_, bKey := e.Tenant("beta")
 	aHook := e.webhook(aKey, "http://127.0.0.1:1/alpha-only", nil)
 	aDead := e.seed(aID, aHook, 1, "order.created", "exhausted")[0]
 	var aEvent uuid.UUID
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT event_id FROM deliveries WHERE id = $1`, aDead).Scan(&aEvent))
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT event_id FROM deliveries WHERE id = $1`, aDead).Scan(&aEvent))
 	status, batch := e.call("POST", "/v1/dlq/retry-batch", aKey, map[string]any{
 		"filter": map[string]any{"webhook_ids": []string{aHook.String()}}, "rate_limit": map[string]any{"requests_per_second": 1}})
 	require.Equal(t, http.StatusAccepted, status, batch)
@@ -60,9 +60,9 @@ func TestTenantIsolation(t *testing.T) {
 	p := b.post("/console/dlq/batches", url.Values{"webhook_id": {aHook.String()}, "requests_per_second": {"5"}})
 	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
 
-	require.Zero(t, e.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
-	require.Zero(t, e.count(`SELECT count(*) FROM circuit_breaker_states`))
-	require.Equal(t, 1, e.count(`SELECT count(*) FROM events WHERE replay_of IS NOT NULL OR tenant_id = $1`, aID))
+	require.Zero(t, e.Count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
+	require.Zero(t, e.Count(`SELECT count(*) FROM circuit_breaker_states`))
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM events WHERE replay_of IS NOT NULL OR tenant_id = $1`, aID))
 	require.Equal(t, "pending", batchState(e, aBatch))
 
 	for _, path := range []string{"/console/webhooks", "/console/dlq", "/console/audit"} {
@@ -77,7 +77,7 @@ func TestTenantIsolation(t *testing.T) {
 
 func batchState(e *env, id string) string {
 	var s string
-	require.NoError(e.t, e.pool.QueryRow(context.Background(), `SELECT state FROM batch_operations WHERE id = $1`, id).Scan(&s))
+	require.NoError(e.t, e.Pool.QueryRow(context.Background(), `SELECT state FROM batch_operations WHERE id = $1`, id).Scan(&s))
 	return s
 }
 
@@ -98,7 +98,7 @@ var olderLink = regexp.MustCompile(`<a href="([^"]+)">Older</a>`)
 func TestHistoryPagination(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	// The 30 oldest a day ago, for the time filters.
 	all := e.seedAt(tenantID, hook, 30, "order.created", "succeeded", -24*time.Hour)
@@ -132,7 +132,7 @@ func TestHistoryPagination(t *testing.T) {
 	ids := deliveryIDs(p.Body)
 	require.Len(t, ids, 15)
 	require.NotContains(t, p.Body, "Older")
-	require.Equal(t, 15, e.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'exhausted'`, ids))
+	require.Equal(t, 15, e.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'exhausted'`, ids))
 	p = c.get("/console/webhooks/" + hook.String() + "?event_type=order.created")
 	require.Len(t, deliveryIDs(p.Body), 50)
 	m := olderLink.FindStringSubmatch(p.Body)
@@ -140,7 +140,7 @@ func TestHistoryPagination(t *testing.T) {
 	require.Contains(t, m[1], "event_type=order.created")
 	p = c.get(strings.ReplaceAll(m[1], "&amp;", "&"))
 	require.Len(t, deliveryIDs(p.Body), 50)
-	require.Equal(t, 0, e.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
+	require.Equal(t, 0, e.Count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
 		WHERE d.id = ANY($1) AND e.event_type <> 'order.created'`, deliveryIDs(p.Body)))
 
 	// Time filters.
@@ -163,14 +163,14 @@ func TestHistoryPagination(t *testing.T) {
 func TestWebhooksPage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	healthy := e.webhook(key, "http://127.0.0.1:1/healthy", nil)
 	failing := e.webhook(key, "http://127.0.0.1:1/failing", nil)
 	e.seed(tenantID, healthy, 3, "order.created", "succeeded")
 	e.seed(tenantID, failing, 1, "order.created", "succeeded")
 	dead := e.seed(tenantID, failing, 3, "order.created", "exhausted")
 	old := e.seed(tenantID, healthy, 1, "order.created", "exhausted")
-	_, err := e.pool.Exec(context.Background(), `UPDATE deliveries SET completed_at = now() - interval '2 days' WHERE id = $1`, old[0])
+	_, err := e.Pool.Exec(context.Background(), `UPDATE deliveries SET completed_at = now() - interval '2 days' WHERE id = $1`, old[0])
 	require.NoError(t, err)
 	c := e.client()
 	c.signIn(key)
@@ -198,7 +198,7 @@ func TestWebhooksPage(t *testing.T) {
 func TestDeliveryPage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tenantID, key := e.tenant("acme")
+	tenantID, key := e.Tenant("acme")
 	hook := e.webhook(key, "http://127.0.0.1:1/hook", nil)
 	dead := e.seed(tenantID, hook, 1, "order.created", "exhausted")[0]
 	ok := e.seed(tenantID, hook, 1, "order.created", "succeeded")[0]

@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"sort"
 	"strconv"
 	"sync"
@@ -19,119 +16,37 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookline/hookline/internal/breaker"
-	"github.com/hookline/hookline/internal/config"
-	"github.com/hookline/hookline/internal/db/dbtest"
-	"github.com/hookline/hookline/internal/delivery"
-	"github.com/hookline/hookline/internal/dlq"
-	"github.com/hookline/hookline/internal/event"
-	"github.com/hookline/hookline/internal/health"
-	"github.com/hookline/hookline/internal/history"
-	"github.com/hookline/hookline/internal/httpapi"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/netguard"
-	"github.com/hookline/hookline/internal/outbox"
-	"github.com/hookline/hookline/internal/queue"
-	"github.com/hookline/hookline/internal/queue/queuetest"
-	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
-	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testproxy"
 	"github.com/hookline/hookline/internal/testwait"
-	"github.com/hookline/hookline/internal/webhook"
 )
 
 // guardedSystem is newSystem's system whose worker reaches Redis through a
-// proxy (so that a test can cut Redis for the worker only), with its Redis
-// key prefix exposed (so that a test can flush the breakers and buckets).
-// The api talks to Redis directly.
+// proxy, so that a test can cut Redis for the worker only. The api talks
+// to Redis directly.
 type guardedSystem struct {
 	*system
-	redisPrefix string
-	redisTap    *testproxy.Proxy // between the worker's guard and Redis
-	rdb         *redis.Client    // direct, for inspecting and flushing keys
+	redisTap *testproxy.Proxy // between the worker's guard and Redis
 }
 
-// newGuardedSystem mirrors newSystem (harness_test.go) except for the
-// worker's Redis client.
 func newGuardedSystem(t *testing.T) *guardedSystem {
 	t.Helper()
-	dbURL := dbtest.NewURL(t, true)
-	pool := openPool(t, dbURL)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	tap := testproxy.New(t, u.Host)
-	u.Host = tap.Addr
-	workerPool := openPool(t, u.String())
-
-	log := slog.New(slog.DiscardHandler)
-	topo := queuetest.NewTopology(t)
-	conn := queue.NewConn(queuetest.URL(), log)
-	pub := queue.NewPublisher(conn, topo, 2)
-	dispatcher := outbox.NewDispatcher(pool, pub, log)
-	relay := outbox.NewRelay(pool, pub, log)
-	relay.Age, relay.Interval = 5*time.Second, 200*time.Millisecond
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	redisTap := testproxy.New(t, redistest.Addr())
-	workerRDB := redis.NewClient(&redis.Options{Addr: redisTap.Addr})
-	t.Cleanup(func() { _ = workerRDB.Close() })
-	prefix := redistest.Prefix(t)
-	events := event.NewService(pool, rdb, prefix, dispatcher, log)
-
-	cfg := config.Default()
-	cfg.API.AdminToken = adminToken
-	cfg.Network.AllowPrivateNetworks = true
-	srv, err := httpapi.New(httpapi.Deps{Config: cfg, Log: log, Tenants: tenant.NewStore(pool),
-		Webhooks: webhook.NewStore(pool), Events: events, Deliveries: history.NewReader(pool), DLQ: dlq.NewStore(pool, dispatcher), Checks: health.Checks{},
-		Breaker: breaker.New(rdb, prefix), Overrides: breaker.NewOverrides(pool), Limits: ratelimit.New(rdb, prefix)})
-	require.NoError(t, err)
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(api.Close)
-
-	sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 2 * time.Second, MaxConnsPerHost: 5, UserAgent: delivery.UserAgent},
-		netguard.Policy{AllowPrivate: true})
-	guard := delivery.NewGuard(breaker.New(workerRDB, prefix), ratelimit.New(workerRDB, prefix), workerPool, log)
-	worker := delivery.NewWorker(workerPool, sender, guard, pub, log)
-	consumer := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: 16, Concurrency: 16, Grace: time.Second}, worker.Handle)
-	recorder := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.DeadQueue()}, Prefetch: 8, Concurrency: 2, Grace: time.Second},
-		dlq.NewRecorder(pool, dispatcher, log).Handle)
-
-	bg, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run, recorder.Run,
-		func(ctx context.Context) error { return worker.Serve(ctx, consumer.Run) }} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = run(bg) }()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	queuetest.WaitConnected(t, conn)
-
-	s := &system{t: t, pool: pool, api: api, topo: topo, pgTap: tap}
-	var tn map[string]any
-	s.call("POST", "/v1/tenants", adminToken, map[string]any{"name": "e2e"}, http.StatusCreated, &tn)
-	s.key = tn["api_key"].(string)
-	return &guardedSystem{system: s, redisPrefix: prefix, redisTap: redisTap, rdb: rdb}
+	tap := testproxy.New(t, redistest.Addr())
+	s := newSystem(t, func(o *systemtest.Options) { o.WorkerRedis = tap.Addr })
+	return &guardedSystem{system: s, redisTap: tap}
 }
 
 // flushRedis deletes every key under the system's prefix (breakers,
 // buckets, idempotency cache) and returns how many there were.
 func (g *guardedSystem) flushRedis() int {
 	g.t.Helper()
-	ctx := context.Background()
-	var keys []string
-	iter := g.rdb.Scan(ctx, 0, g.redisPrefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	require.NoError(g.t, iter.Err())
-	if len(keys) > 0 {
-		require.NoError(g.t, g.rdb.Del(ctx, keys...).Err())
-	}
-	return len(keys)
+	n, err := redistest.DeleteKeys(context.Background(), g.Redis, g.RedisPrefix)
+	require.NoError(g.t, err)
+	return n
 }
 
 // newTenant creates a tenant with the given limits and returns its id and
@@ -139,7 +54,7 @@ func (g *guardedSystem) flushRedis() int {
 func (s *system) newTenant(body map[string]any) (string, string) {
 	s.t.Helper()
 	var tn map[string]any
-	s.call("POST", "/v1/tenants", adminToken, body, http.StatusCreated, &tn)
+	s.call("POST", "/v1/tenants", systemtest.AdminToken, body, http.StatusCreated, &tn)
 	return tn["id"].(string), tn["api_key"].(string)
 }
 
@@ -168,7 +83,7 @@ func (s *system) rawCall(method, path, token string, body any) (*http.Response, 
 	s.t.Helper()
 	raw, err := json.Marshal(body)
 	require.NoError(s.t, err)
-	req, err := http.NewRequest(method, s.api.URL+path, bytes.NewReader(raw))
+	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(raw))
 	require.NoError(s.t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
@@ -200,7 +115,7 @@ type deliveryState struct {
 
 func (s *system) deliveriesOf(webhookID string) []deliveryState {
 	s.t.Helper()
-	rows, err := s.pool.Query(context.Background(), `SELECT id, status, attempt_count, postponed_count
+	rows, err := s.Pool.Query(context.Background(), `SELECT id, status, attempt_count, postponed_count
 		FROM deliveries WHERE webhook_id = $1 ORDER BY id`, webhookID)
 	require.NoError(s.t, err)
 	defer rows.Close()
@@ -275,7 +190,7 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 	var openedAt time.Time
 	var sleepMS int64
 	testwait.Eventually(t, 10*time.Second, func() bool {
-		return s.pool.QueryRow(ctx, `SELECT opened_at, sleep_window_ms FROM circuit_breaker_states
+		return s.Pool.QueryRow(ctx, `SELECT opened_at, sleep_window_ms FROM circuit_breaker_states
 			WHERE webhook_id = $1 AND state = 'open'`, hook).Scan(&openedAt, &sleepMS) == nil
 	}, "circuit of %s to open", hook)
 	require.EqualValues(t, 2000, sleepMS)
@@ -291,13 +206,13 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 		late = append(late, s.deliveryOf(s.publish("order.created", map[string]any{"late": i})))
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, late) == len(late)
+		return s.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, late) == len(late)
 	}, "late deliveries to be postponed")
 	sleepEnd := openedAt.Add(time.Duration(sleepMS) * time.Millisecond)
-	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = ANY($1) AND executed_at < $2`, late, sleepEnd),
+	require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = ANY($1) AND executed_at < $2`, late, sleepEnd),
 		"late deliveries attempted before the sleep window ended")
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		return s.count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, ids) >= len(ids)
+		return s.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, ids) >= len(ids)
 	}, "failed deliveries to be postponed while open")
 
 	healthy.Store(true)
@@ -307,7 +222,7 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 	}
 
 	// Nothing was attempted during the sleep window after the opening.
-	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE webhook_id = $1 AND executed_at >= $2 AND executed_at < $3`,
+	require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE webhook_id = $1 AND executed_at >= $2 AND executed_at < $3`,
 		hook, openedAt.Add(500*time.Millisecond), sleepEnd), "attempts made while the circuit was open (after those already in flight)")
 	perDelivery := map[string][]received{}
 	for _, r := range rc.requests() {
@@ -317,7 +232,7 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 		atts := s.attempts(id)
 		reqs := perDelivery[id.String()]
 		require.Len(t, reqs, len(atts), "delivery %s: every request sent is recorded once", id)
-		require.EqualValues(t, len(atts), s.count(`SELECT attempt_count FROM deliveries WHERE id = $1`, id))
+		require.EqualValues(t, len(atts), s.Count(`SELECT attempt_count FROM deliveries WHERE id = $1`, id))
 		for i, a := range atts {
 			require.Equal(t, i+1, a.Number)
 			require.Equal(t, strconv.Itoa(i+1), reqs[i].Header.Get("X-Webhook-Attempt"))
@@ -329,7 +244,7 @@ func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
 			require.Equal(t, want, *a.StatusCode, "delivery %s attempt %d", id, a.Number)
 		}
 	}
-	require.Positive(t, s.count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE webhook_id = $1`, hook))
+	require.Positive(t, s.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE webhook_id = $1`, hook))
 	cb = s.circuitOf(hook, s.key)
 	require.Equal(t, "closed", cb["state"], "%v", cb)
 	require.Nil(t, cb["opened_at"])
@@ -398,7 +313,7 @@ func TestTenantRateLimitSpansWebhooks(t *testing.T) {
 	for i := range 6 {
 		s.publishAs(key, "order.created", map[string]any{"n": i})
 	}
-	require.Equal(t, 18, s.count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1`, tenantID))
+	require.Equal(t, 18, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1`, tenantID))
 	testwait.Eventually(t, 10*time.Second, func() bool { return len(arrivals(rcs...)) >= 5 }, "5 requests to arrive")
 
 	at := arrivals(rcs...)
@@ -410,8 +325,8 @@ func TestTenantRateLimitSpansWebhooks(t *testing.T) {
 	}
 	require.LessOrEqual(t, n, 3, "at most burst+1 requests across the tenant's webhooks within the first second")
 	requireBucketPace(t, at, 2)
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND attempt_count > 1`, tenantID))
-	require.Positive(t, s.count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND status = 'pending'
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND attempt_count > 1`, tenantID))
+	require.Positive(t, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND status = 'pending'
 		AND attempt_count = 0 AND postponed_count > 0`, tenantID))
 }
 
@@ -438,9 +353,9 @@ func TestForcedOpenSurvivesRedisFlushUntilReset(t *testing.T) {
 		held = append(held, g.deliveryOf(g.publish("order.created", map[string]any{"n": i})))
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		return g.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, held) == len(held)
+		return g.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, held) == len(held)
 	}, "deliveries to be postponed by the forced-open circuit")
-	require.Zero(t, g.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND attempt_count > 0`, held))
+	require.Zero(t, g.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND attempt_count > 0`, held))
 	require.Len(t, rc.requests(), 1, "only the delivery made before the override")
 
 	require.Positive(t, g.flushRedis(), "the live breaker and buckets were in Redis")
@@ -449,7 +364,7 @@ func TestForcedOpenSurvivesRedisFlushUntilReset(t *testing.T) {
 	require.Equal(t, "open", cb["state"], "%v", cb)
 	after := g.deliveryOf(g.publish("order.created", map[string]any{"after_flush": true}))
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		return g.count(`SELECT postponed_count FROM deliveries WHERE id = $1`, after) > 0
+		return g.Count(`SELECT postponed_count FROM deliveries WHERE id = $1`, after) > 0
 	}, "a delivery after the flush to be postponed")
 	require.Len(t, rc.requests(), 1, "nothing sent after the flush while forced open")
 	require.Less(t, time.Since(forcedAt), forSeconds*time.Second, "checks ran while the override held")
@@ -493,12 +408,12 @@ func TestRedisOutageFailsOpen(t *testing.T) {
 	var seen struct{ Fallback bool }
 	testwait.Eventually(t, 15*time.Second, func() bool {
 		seen.Fallback = seen.Fallback || testutil.ToFloat64(metrics.RedisFallback) == 1
-		return seen.Fallback && g.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'succeeded'`, during) == len(during)
+		return seen.Fallback && g.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'succeeded'`, during) == len(during)
 	}, "deliveries to succeed with Redis cut and the fallback gauge to be 1: %+v", &seen)
 	for _, id := range during {
 		require.Len(t, g.attempts(id), 1)
 	}
-	require.Zero(t, g.count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, during),
+	require.Zero(t, g.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, during),
 		"the webhook's bucket (burst 2) is not enforced without Redis")
 	cb := g.circuitOf(hook, g.key)
 	require.Equal(t, "closed", cb["state"])
@@ -546,8 +461,8 @@ func TestPublishRateLimitAnswers429(t *testing.T) {
 	require.NoError(t, err, "Retry-After %q", res.Header.Get("Retry-After"))
 	require.GreaterOrEqual(t, retryAfter, 1)
 	require.Equal(t, "rate_limited", body["error"].(map[string]any)["code"])
-	require.Equal(t, 2, s.count(`SELECT count(*) FROM events WHERE tenant_id = $1`, tenantID))
-	require.Zero(t, s.count(`SELECT count(*) FROM events WHERE tenant_id = $1 AND idempotency_key = 'third'`, tenantID))
+	require.Equal(t, 2, s.Count(`SELECT count(*) FROM events WHERE tenant_id = $1`, tenantID))
+	require.Zero(t, s.Count(`SELECT count(*) FROM events WHERE tenant_id = $1 AND idempotency_key = 'third'`, tenantID))
 
 	var status int
 	testwait.Eventually(t, time.Duration(retryAfter+2)*time.Second, func() bool {
@@ -556,7 +471,7 @@ func TestPublishRateLimitAnswers429(t *testing.T) {
 		return status != http.StatusTooManyRequests
 	}, "a token to come back")
 	require.Equal(t, http.StatusAccepted, status, "accepted as new, not replayed: the refused request left nothing")
-	require.Equal(t, 3, s.count(`SELECT count(*) FROM events WHERE tenant_id = $1`, tenantID))
+	require.Equal(t, 3, s.Count(`SELECT count(*) FROM events WHERE tenant_id = $1`, tenantID))
 }
 
 // Regression (internal/delivery/guard.go, admit, when token buckets were
@@ -585,11 +500,11 @@ func TestOpenCircuitDoesNotSpendTenantTokens(t *testing.T) {
 		s.publishAs(key, "a.failed", map[string]any{"n": i})
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, hookA) == 1
+		return s.Count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, hookA) == 1
 	}, "circuit of A to open")
 	// A's retries meet the open circuit and wait behind it.
 	testwait.Eventually(t, 10*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND park_reason = 'circuit_open'`, hookA) == 3
+		return s.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND park_reason = 'circuit_open'`, hookA) == 3
 	}, "A's deliveries to be parked behind the open circuit")
 	sent := len(broken.requests())
 	require.LessOrEqual(t, sent, 5, "A made a few requests of the tenant's 20 (2 recorded failures + at most one in flight per delivery)")
@@ -600,7 +515,7 @@ func TestOpenCircuitDoesNotSpendTenantTokens(t *testing.T) {
 		ParkReason string
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		_ = s.pool.QueryRow(context.Background(), `SELECT postponed_count, coalesce(park_reason, '') FROM deliveries
+		_ = s.Pool.QueryRow(context.Background(), `SELECT postponed_count, coalesce(park_reason, '') FROM deliveries
 			WHERE webhook_id = $1`, hookB).Scan(&b.Postponed, &b.ParkReason)
 		return len(fine.requests()) == 1
 	}, "B's delivery to be sent: the tenant made only %d requests of a burst of 20, but A's postponements by its "+
@@ -648,7 +563,7 @@ func TestHalfOpenProbeLostToBusyHostIsNotStuck(t *testing.T) {
 		ids = append(ids, s.deliveryOf(s.publish("a.failed", map[string]any{"n": i})))
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, hookA) == 1
+		return s.Count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, hookA) == 1
 	}, "circuit of A to open")
 	busy0 := testutil.ToFloat64(metrics.DeliveriesPostponed.WithLabelValues("host_busy"))
 	for i := range 5 {
@@ -667,13 +582,13 @@ func TestHalfOpenProbeLostToBusyHostIsNotStuck(t *testing.T) {
 	}, "the probes to be postponed as host_busy")
 	free()
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded'`, hookB) == 5
+		return s.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded'`, hookB) == 5
 	}, "B's deliveries to finish")
 
 	var last struct{ Circuit map[string]any }
 	testwait.Eventually(t, 12*time.Second, func() bool {
 		last.Circuit = s.circuitOf(hookA, s.key)
-		return s.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'succeeded'`, ids) == len(ids)
+		return s.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND status = 'succeeded'`, ids) == len(ids)
 	}, "A's deliveries to succeed once the endpoint and its host are free; the circuit is stuck half-open "+
 		"with its probes issued but never reported: %+v", &last)
 }
@@ -711,7 +626,7 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 	}
 	states := func() map[string]string {
 		out := map[string]string{}
-		rows, err := s.pool.Query(context.Background(), `SELECT webhook_id::text, state FROM circuit_breaker_states`)
+		rows, err := s.Pool.Query(context.Background(), `SELECT webhook_id::text, state FROM circuit_breaker_states`)
 		require.NoError(t, err)
 		defer rows.Close()
 		for rows.Next() {
@@ -746,7 +661,7 @@ func TestPersistedCircuitStateFollowsTheLiveCircuit(t *testing.T) {
 		}
 		total += 8 * len(hooks)
 		testwait.Eventually(t, 30*time.Second, func() bool {
-			return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == total
+			return s.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == total
 		}, "cycle %d: every delivery to succeed", cycle)
 		for _, h := range hooks {
 			require.Equal(t, "closed", s.circuitOf(h, key)["state"], "cycle %d: the live circuit is closed", cycle)

@@ -26,11 +26,11 @@ func TestMalformedMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	before := testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed"))
-	queuetest.Publish(t, s.topo.WorkExchange(), "normal", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("not a task")})
+	queuetest.Publish(t, s.Topology.WorkExchange(), "normal", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("not a task")})
 	testwait.Eventually(t, 15*time.Second, func() bool {
 		return testutil.ToFloat64(metrics.DeadLettered.WithLabelValues("malformed")) > before
 	}, "the dlq took the malformed message")
-	require.Zero(t, queuetest.Depth(t, s.topo.WorkQueue("normal")))
+	require.Zero(t, queuetest.Depth(t, s.Topology.WorkQueue("normal")))
 }
 
 // A poison message (dead-lettered by its work queue after too many
@@ -56,16 +56,16 @@ func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 		t.Fatal("the attempt never started")
 	}
 	var tenantID uuid.UUID
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
 
 	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: tenantID,
 		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
 	m := task.Message(time.Time{})
-	queuetest.Publish(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
+	queuetest.Publish(t, s.Topology.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
 		Headers: amqp.Table{"x-delivery-count": int64(20)}})
 	s.waitStatus(id, "exhausted", 15*time.Second)
 	var lastErr string
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr))
 	require.Contains(t, lastErr, "poison message")
 	require.Contains(t, lastErr, "20 times")
 
@@ -74,9 +74,9 @@ func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 	releaseOnce()
 	testwait.Eventually(t, 15*time.Second, func() bool { return len(rc.requests()) == 1 }, "one request")
 	require.Never(t, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status <> 'exhausted'`, id) > 0
+		return s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status <> 'exhausted'`, id) > 0
 	}, time.Second, 50*time.Millisecond)
-	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, id))
+	require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, id))
 }
 
 func TestQueueDepthAndDLQGauges(t *testing.T) {
@@ -87,11 +87,11 @@ func TestQueueDepthAndDLQGauges(t *testing.T) {
 	id := s.deliveryOf(s.publish("order.created", map[string]any{}))
 	s.waitStatus(id, "exhausted", 15*time.Second)
 	var tenantID uuid.UUID
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
 
 	conn := queuetest.Conn(t, "")
 	queuetest.WaitConnected(t, conn)
-	g := dlq.NewGauges(s.pool, conn, s.topo, slog.New(slog.DiscardHandler))
+	g := dlq.NewGauges(s.Pool, conn, s.Topology, slog.New(slog.DiscardHandler))
 	require.NoError(t, g.Refresh(context.Background()))
 	require.Equal(t, 1.0, testutil.ToFloat64(metrics.DLQDeliveries.WithLabelValues(tenantID.String())))
 	for _, q := range []string{"high", "normal", "low", "dead"} {

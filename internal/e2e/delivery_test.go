@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/metrics"
-
 	"github.com/hookline/hookline/internal/signature"
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testwait"
 )
 
@@ -124,7 +124,7 @@ func TestRetryThenSuccessKeepsIdentity(t *testing.T) {
 	require.Equal(t, 500, *at[0].StatusCode)
 	require.Equal(t, "server_error", *at[0].Category)
 	require.Equal(t, 200, *at[1].StatusCode)
-	require.Equal(t, 1, s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND attempt_count = 2 AND completed_at IS NOT NULL`, id))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND attempt_count = 2 AND completed_at IS NOT NULL`, id))
 }
 
 func TestPermanentFailureExhaustsAtOnce(t *testing.T) {
@@ -140,7 +140,7 @@ func TestPermanentFailureExhaustsAtOnce(t *testing.T) {
 	require.Equal(t, 404, *at[0].StatusCode)
 	require.Equal(t, "client_error", *at[0].Category)
 	var lastErr, category string
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT last_error, failure_category FROM deliveries WHERE id = $1`, id).Scan(&lastErr, &category))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT last_error, failure_category FROM deliveries WHERE id = $1`, id).Scan(&lastErr, &category))
 	require.Contains(t, lastErr, "permanent status 404")
 	require.Equal(t, "client_error", category)
 }
@@ -174,7 +174,7 @@ func TestAlwaysFailingEndpointIsExhaustedOnSchedule(t *testing.T) {
 		}
 	}
 	var lastErr string
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&lastErr))
 	require.Contains(t, lastErr, "max attempts (4) reached")
 }
 
@@ -251,11 +251,11 @@ func TestLargeResponseIsNotReadBeyondTheSample(t *testing.T) {
 // DNS change): nothing reaches the endpoint.
 func TestPrivateAddressRefusedAtDialTime(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, func(o *options) { o.allowPrivate = false })
+	s := newSystem(t, func(o *systemtest.Options) { o.BlockPrivate = true })
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	_, port, _ := strings.Cut(strings.TrimPrefix(rc.URL, "http://"), ":")
 	hookID, _ := s.webhook(rc.URL, nil) // the api allows private networks; the worker does not
-	_, err := s.pool.Exec(context.Background(), `UPDATE webhooks SET url = $2 WHERE id = $1`, hookID, fmt.Sprintf("http://localhost:%s/hook", port))
+	_, err := s.Pool.Exec(context.Background(), `UPDATE webhooks SET url = $2 WHERE id = $1`, hookID, fmt.Sprintf("http://localhost:%s/hook", port))
 	require.NoError(t, err)
 	id := s.deliveryOf(s.publish("order.created", map[string]any{}))
 	s.waitStatus(id, "exhausted", 15*time.Second)
@@ -278,7 +278,7 @@ func TestPostgresOutageChargesNoAttempt(t *testing.T) {
 		ids = append(ids, s.publish("tick", map[string]any{"i": i}))
 	}
 	before := testutil.ToFloat64(metrics.WorkerInternalErrors.WithLabelValues("load"))
-	s.pgTap.Cut()
+	s.PGTap.Cut()
 	for i := range 20 {
 		ids = append(ids, s.publish("tick", map[string]any{"i": 10 + i}))
 	}
@@ -287,16 +287,16 @@ func TestPostgresOutageChargesNoAttempt(t *testing.T) {
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		return testutil.ToFloat64(metrics.WorkerInternalErrors.WithLabelValues("load")) >= before+10
 	}, "the worker felt the outage")
-	s.pgTap.Restore()
+	s.PGTap.Restore()
 	for i := range 10 {
 		ids = append(ids, s.publish("tick", map[string]any{"i": 30 + i}))
 	}
 	testwait.Eventually(t, 60*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == len(ids)
+		return s.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == len(ids)
 	}, "all %d deliveries succeeded", len(ids))
-	require.Equal(t, 0, s.count(`SELECT count(*) FROM deliveries WHERE attempt_count <> 1`), "no delivery was charged for the outage")
-	require.Equal(t, len(ids), s.count(`SELECT count(*) FROM delivery_attempts`))
-	require.Equal(t, 0, s.count(`SELECT count(*) FROM delivery_attempts WHERE status_code IS DISTINCT FROM 200`))
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM deliveries WHERE attempt_count <> 1`), "no delivery was charged for the outage")
+	require.Equal(t, len(ids), s.Count(`SELECT count(*) FROM delivery_attempts`))
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM delivery_attempts WHERE status_code IS DISTINCT FROM 200`))
 }
 
 // A binary or non-UTF-8 answer is still recorded (sanitised), not retried

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testwait"
 )
 
@@ -18,7 +19,7 @@ import (
 // a batch runs at its own rate.
 func (s *system) unlimited() {
 	s.t.Helper()
-	s.call("PATCH", "/v1/tenants/"+s.tenantID.String(), adminToken,
+	s.call("PATCH", "/v1/tenants/"+s.tenantID.String(), systemtest.AdminToken,
 		map[string]any{"rate_limit": map[string]any{"requests_per_minute": 600_000, "burst": 10_000}}, http.StatusOK, nil)
 }
 
@@ -39,7 +40,7 @@ func (s *system) fastHook(url string, extra map[string]any) string {
 // as if they had failed, and returns their ids.
 func (s *system) seedExhausted(hook string, n int, eventType, category string) []uuid.UUID {
 	s.t.Helper()
-	rows, err := s.pool.Query(context.Background(), `WITH ev AS (
+	rows, err := s.Pool.Query(context.Background(), `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
     SELECT uuidv7(), $1, $3, 'seed-' || gen_random_uuid(), '\x00', 'normal', json_build_object('n', g)
     FROM generate_series(1, $4) g
@@ -150,7 +151,7 @@ func TestRetryOneExhaustedDelivery(t *testing.T) {
 // succeeded.
 func TestBatchRetryRunsAtItsRateAndCompletes(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, func(o *options) { o.workers = 64 })
+	s := newSystem(t, func(o *systemtest.Options) { o.Workers = 64 })
 	s.unlimited()
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	hook := s.fastHook(rc.URL, nil)
@@ -167,13 +168,13 @@ func TestBatchRetryRunsAtItsRateAndCompletes(t *testing.T) {
 	require.Zero(t, b.Failed)
 	require.Zero(t, b.Skipped)
 
-	require.Equal(t, 1000, s.count(`SELECT count(DISTINCT retry_of) FROM deliveries WHERE retry_of = ANY($1)`, ids))
-	require.Equal(t, 1000, s.count(`SELECT count(*) FROM deliveries WHERE retry_of = ANY($1)`, ids), "each retried once")
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND retry_of IS NOT NULL`, other))
+	require.Equal(t, 1000, s.Count(`SELECT count(DISTINCT retry_of) FROM deliveries WHERE retry_of = ANY($1)`, ids))
+	require.Equal(t, 1000, s.Count(`SELECT count(*) FROM deliveries WHERE retry_of = ANY($1)`, ids), "each retried once")
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND retry_of IS NOT NULL`, other))
 	require.Len(t, rc.requests(), 1000)
 
 	var first, last time.Time
-	require.NoError(t, s.pool.QueryRow(context.Background(),
+	require.NoError(t, s.Pool.QueryRow(context.Background(),
 		`SELECT min(created_at), max(created_at) FROM deliveries WHERE batch_operation_id = $1`, id).Scan(&first, &last))
 	span := last.Sub(first)
 	t.Logf("1,000 retries enqueued over %s at 200/s", span)
@@ -204,7 +205,7 @@ func TestBatchRetryCancel(t *testing.T) {
 	watch := time.NewTicker(50 * time.Millisecond)
 	defer watch.Stop()
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); <-watch.C {
-		require.Equal(t, cancelled.Processed, s.count(`SELECT count(*) FROM deliveries WHERE batch_operation_id = $1`, id))
+		require.Equal(t, cancelled.Processed, s.Count(`SELECT count(*) FROM deliveries WHERE batch_operation_id = $1`, id))
 	}
 	testwait.Eventually(t, 15*time.Second, func() bool { return s.batch(id).Succeeded == cancelled.Processed },
 		"the retries enqueued before the cancel to be counted")
@@ -266,7 +267,7 @@ func TestExhaustedNotificationDoesNotLoop(t *testing.T) {
 
 	event := s.publish("order.created", map[string]any{"id": 9})
 	var orig uuid.UUID
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`, event, hook).Scan(&orig))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`, event, hook).Scan(&orig))
 	s.waitStatus(orig, "exhausted", 15*time.Second)
 	testwait.Eventually(t, 20*time.Second, func() bool { return len(watcher.requests()) == 1 }, "the notification to arrive")
 	testwait.Eventually(t, 20*time.Second, func() bool { return len(catchAll.requests()) == 1 }, "the event itself to reach the catch-all webhook")
@@ -284,9 +285,9 @@ func TestExhaustedNotificationDoesNotLoop(t *testing.T) {
 	// The notification's own delivery fails and is exhausted: once it is
 	// recorded, no further notification exists.
 	var notif uuid.UUID
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT id FROM deliveries WHERE webhook_id = $1`, watch).Scan(&notif))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT id FROM deliveries WHERE webhook_id = $1`, watch).Scan(&notif))
 	s.waitStatus(notif, "exhausted", 15*time.Second)
-	require.Equal(t, 1, s.count(`SELECT count(*) FROM events WHERE event_type LIKE 'webhook.%'`))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM events WHERE event_type LIKE 'webhook.%'`))
 	require.Len(t, watcher.requests(), 1)
 	require.Len(t, bad.requests(), 1, "a notification is never delivered to the webhook it is about")
 	require.Len(t, catchAll.requests(), 1, "a catch-all filter does not subscribe to notifications")
@@ -351,7 +352,7 @@ func TestBatchRetryKeepsTheOrderKey(t *testing.T) {
 	s.seedExhausted(hook, 3, "order.updated", "server_error")
 	id := s.startBatch(map[string]any{"webhook_ids": []string{hook}}, 100)
 	testwait.Eventually(t, 20*time.Second, func() bool { return s.batch(id).State == "completed" }, "the batch to complete")
-	require.Equal(t, 3, s.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL AND order_key IS DISTINCT FROM $1`, hook),
+	require.Equal(t, 3, s.Count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`))
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL AND order_key IS DISTINCT FROM $1`, hook),
 		"every retry carries the strict webhook's order key")
 }

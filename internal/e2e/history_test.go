@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testwait"
 )
 
@@ -29,7 +30,7 @@ func TestDeliveryHistoryRoutes(t *testing.T) {
 	failed := s.deliveryOf(s.publish("order.failed", map[string]any{}))
 	s.waitStatus(failed, "exhausted", 15*time.Second)
 	testwait.Eventually(t, 15*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 5
+		return s.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 5
 	}, "five successes")
 
 	var page map[string]any
@@ -87,7 +88,7 @@ func TestDeliveryHistoryRoutes(t *testing.T) {
 
 	// Another tenant sees none of it.
 	var other map[string]any
-	s.call("POST", "/v1/tenants", adminToken, map[string]any{"name": "other"}, http.StatusCreated, &other)
+	s.call("POST", "/v1/tenants", systemtest.AdminToken, map[string]any{"name": "other"}, http.StatusCreated, &other)
 	otherKey := other["api_key"].(string)
 	s.call("GET", "/v1/deliveries/"+failed.String(), otherKey, nil, http.StatusNotFound, nil)
 	s.call("GET", "/v1/webhooks/"+hookID+"/deliveries", otherKey, nil, http.StatusNotFound, nil)

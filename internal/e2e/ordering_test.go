@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testwait"
 )
 
@@ -89,7 +90,7 @@ func requireInOrder(t *testing.T, got []arrival, perType bool) {
 // not held back at all.
 func TestOrderedDeliveryHoldsTheKeyBehindAFailure(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, func(o *options) { o.workers = 32 })
+	s := newSystem(t, func(o *systemtest.Options) { o.Workers = 32 })
 	s.unlimited()
 	retry := map[string]any{"max_attempts": 5, "base_delay_ms": 300, "backoff_multiplier": 2}
 	strict := newOrderedReceiver(t, "order.a", 10, 3)

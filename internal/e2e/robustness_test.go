@@ -18,6 +18,7 @@ import (
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testlog"
 	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
@@ -44,17 +45,17 @@ func onChannel(t *testing.T, f func(ch *amqp.Channel) error) {
 func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
 	t.Parallel()
 	logs := &testlog.Buffer{}
-	s := newSystem(t, func(o *options) { o.log = slog.New(slog.NewTextHandler(logs, nil)) })
+	s := newSystem(t, func(o *systemtest.Options) { o.Log = slog.New(slog.NewTextHandler(logs, nil)) })
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	s.webhook(rc.URL, nil)
 	unbind := func(ch *amqp.Channel) error {
-		return ch.QueueUnbind(s.topo.WorkQueue("normal"), "normal", s.topo.WorkExchange(), nil)
+		return ch.QueueUnbind(s.Topology.WorkQueue("normal"), "normal", s.Topology.WorkExchange(), nil)
 	}
 	onChannel(t, unbind)
 
 	id := s.deliveryOf(s.publish("order.created", map[string]any{}))
 	enqueued := func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND enqueued_at IS NOT NULL`, id) == 1
+		return s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND enqueued_at IS NOT NULL`, id) == 1
 	}
 	testwait.Eventually(t, 20*time.Second, func() bool {
 		return enqueued() || strings.Contains(logs.String(), "outbox relay pass failed")
@@ -64,7 +65,7 @@ func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
 	require.Empty(t, rc.requests())
 
 	onChannel(t, func(ch *amqp.Channel) error {
-		return ch.QueueBind(s.topo.WorkQueue("normal"), "normal", s.topo.WorkExchange(), false, nil)
+		return ch.QueueBind(s.Topology.WorkQueue("normal"), "normal", s.Topology.WorkExchange(), false, nil)
 	})
 	s.waitStatus(id, "succeeded", 20*time.Second)
 	require.Len(t, s.attempts(id), 1)
@@ -87,7 +88,7 @@ func TestLostDeliveryIsSweptBackToTheRelay(t *testing.T) {
 	ctx := context.Background()
 	copyOf := func(enqueuedAgo, parkedAgo string) uuid.UUID {
 		id := uuid.Must(uuid.NewV7())
-		_, err := s.pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority,
+		_, err := s.Pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority,
 			enqueued_at, created_at, updated_at, parked_at, park_reason)
 			SELECT $1, tenant_id, event_id, webhook_id, 'pending', 'normal', now() - $2::interval,
 			       now() - interval '2 hours', now() - $2::interval,
@@ -101,13 +102,13 @@ func TestLostDeliveryIsSweptBackToTheRelay(t *testing.T) {
 	recent := copyOf("10 minutes", "")
 
 	before := testutil.ToFloat64(metrics.LostDeliveriesResent)
-	sweeper := dlq.NewSweeper(s.dlqPool, &taskSink{}, slog.New(slog.DiscardHandler))
+	sweeper := dlq.NewSweeper(s.DLQPool, &taskSink{}, slog.New(slog.DiscardHandler))
 	require.NoError(t, sweeper.Sweep(ctx))
 	s.waitStatus(lost, "succeeded", 20*time.Second)
 	require.Len(t, s.attempts(lost), 1)
 	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.LostDeliveriesResent), before+1)
 	for _, id := range []uuid.UUID{parked, recent} {
-		require.Equal(t, 1, s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'pending' AND enqueued_at IS NOT NULL`, id),
+		require.Equal(t, 1, s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'pending' AND enqueued_at IS NOT NULL`, id),
 			"delivery %s left alone", id)
 	}
 }
@@ -144,11 +145,11 @@ func TestPanickingMessageExhaustsItsDelivery(t *testing.T) {
 	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: s.tenantID,
 		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
 	m := task.Message(time.Time{})
-	queuetest.Publish(t, s.topo.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
+	queuetest.Publish(t, s.Topology.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
 		Headers: amqp.Table{queue.HeaderPanics: int64(3), queue.HeaderPanic: "runtime error: invalid memory address or nil pointer dereference"}})
 	s.waitStatus(id, "exhausted", 15*time.Second)
 	releaseOnce()
 	var reason string
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&reason))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&reason))
 	require.Equal(t, "poison message: its handler panicked 3 times (last: runtime error: invalid memory address or nil pointer dereference)", reason)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/retention"
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testlog"
 	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/wire"
@@ -44,11 +45,11 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	logs := &testlog.Buffer{}
-	s := newSystem(t, func(o *options) {
-		o.roles = true
-		o.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := newSystem(t, func(o *systemtest.Options) {
+		o.Roles = true
+		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	for want, pool := range map[string]*pgxpool.Pool{"hookline_api": s.apiPool, "hookline_worker": s.workerPool, "hookline_dlq": s.dlqPool} {
+	for want, pool := range map[string]*pgxpool.Pool{"hookline_api": s.APIPool, "hookline_worker": s.WorkerPool, "hookline_dlq": s.DLQPool} {
 		var got string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT current_user").Scan(&got))
 		require.Equal(t, want, got)
@@ -76,14 +77,14 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 		events = append(events, s.publish("order.created", map[string]any{"n": i}))
 	}
 	testwait.Eventually(t, 20*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded'`, okHook) == 2 &&
-			s.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND dead_lettered_at IS NOT NULL`, flakyHook) == 2 &&
-			s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, brokenHook) == 1
+		return s.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'succeeded'`, okHook) == 2 &&
+			s.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND dead_lettered_at IS NOT NULL`, flakyHook) == 2 &&
+			s.Count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, brokenHook) == 1
 	}, "deliveries, dead letters and the broken circuit")
 	testwait.Eventually(t, 20*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
+		return s.Count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
 			WHERE e.event_type = 'webhook.circuit_opened' AND d.status = 'succeeded'`) == 1 &&
-			s.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
+			s.Count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id
 			WHERE e.event_type = 'webhook.delivery_exhausted' AND d.status = 'succeeded'`) >= 2
 	}, "owner notifications of the worker (circuit) and the dlq process (exhausted) delivered")
 
@@ -92,7 +93,7 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	s.call("GET", "/v1/api-keys", s.key, nil, http.StatusOK, nil)
 	var delivery map[string]any
 	var okDelivery uuid.UUID
-	require.NoError(t, s.pool.QueryRow(ctx, `SELECT id FROM deliveries WHERE webhook_id = $1 ORDER BY id LIMIT 1`, okHook).Scan(&okDelivery))
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT id FROM deliveries WHERE webhook_id = $1 ORDER BY id LIMIT 1`, okHook).Scan(&okDelivery))
 	s.call("GET", "/v1/deliveries/"+okDelivery.String(), s.key, nil, http.StatusOK, &delivery)
 	require.Len(t, delivery["attempts"], 1)
 	s.call("GET", "/v1/webhooks/"+okHook+"/deliveries", s.key, nil, http.StatusOK, nil)
@@ -108,7 +109,7 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	// a replay; the worker delivers them.
 	healthy.Store(true)
 	var flakyDeliveries []uuid.UUID
-	rows, err := s.pool.Query(ctx, `SELECT id FROM deliveries WHERE webhook_id = $1 ORDER BY id`, flakyHook)
+	rows, err := s.Pool.Query(ctx, `SELECT id FROM deliveries WHERE webhook_id = $1 ORDER BY id`, flakyHook)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id uuid.UUID
@@ -128,7 +129,7 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	var replay map[string]any
 	s.call("POST", "/v1/events/"+events[1]+"/replay", s.key, map[string]any{"webhook_id": flakyHook}, http.StatusAccepted, &replay)
 	testwait.Eventually(t, 15*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE event_id = $1 AND status = 'succeeded'`, replay["id"]) == 1
+		return s.Count(`SELECT count(*) FROM deliveries WHERE event_id = $1 AND status = 'succeeded'`, replay["id"]) == 1
 	}, "the replay delivered")
 
 	s.call("DELETE", "/v1/webhooks/"+brokenHook, s.key, nil, http.StatusNoContent, nil)
@@ -143,16 +144,16 @@ func TestSystemRunsUnderPerProcessRoles(t *testing.T) {
 	discard := slog.New(slog.DiscardHandler)
 	var swept taskSink
 	lost := uuid.Must(uuid.NewV7())
-	_, err = s.pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority, attempt_count, completed_at)
+	_, err = s.Pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority, attempt_count, completed_at)
 		SELECT $1, tenant_id, event_id, webhook_id, 'exhausted', 'normal', 1, now() - interval '1 hour'
 		FROM deliveries WHERE id = $2`, lost, flakyDeliveries[1])
 	require.NoError(t, err)
-	sweeper := dlq.NewSweeper(s.dlqPool, &swept, discard)
+	sweeper := dlq.NewSweeper(s.DLQPool, &swept, discard)
 	sweeper.Age = time.Minute
 	require.NoError(t, sweeper.Sweep(ctx))
-	require.Equal(t, 1, s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND dead_lettered_at IS NOT NULL`, lost))
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND dead_lettered_at IS NOT NULL`, lost))
 	require.Len(t, swept.tasks, 1, "the owner notification of the swept delivery")
-	rep, err := retention.New(s.dlqPool, config.Default().Retention, discard).Once(ctx, time.Now().Add(200*24*time.Hour))
+	rep, err := retention.New(s.DLQPool, config.Default().Retention, discard).Once(ctx, time.Now().Add(200*24*time.Hour))
 	require.NoError(t, err)
 	require.Positive(t, rep.AttemptPartitions)
 	require.Positive(t, rep.AttemptsRetained+rep.Attempts)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testwait"
 )
 
@@ -45,8 +46,8 @@ func TestRateLimitedDeliveriesWaitForTheirOwnSlot(t *testing.T) {
 	require.Less(t, at[n-1].Sub(at[0]), time.Duration(n-1)*500*time.Millisecond+2*time.Second,
 		"the last delivery waited far beyond its slot")
 	// Each waited once: no delivery was put off more than once.
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`))
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE parked_at IS NOT NULL`))
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`))
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE parked_at IS NOT NULL`))
 }
 
 // Deliveries held back by an open circuit are parked until its half-open
@@ -70,20 +71,20 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 		s.publish("order.created", map[string]any{"n": i})
 	}
 	testwait.Eventually(t, 20*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, id) == 1
+		return s.Count(`SELECT count(*) FROM circuit_breaker_states WHERE webhook_id = $1 AND state = 'open'`, id) == 1
 	}, "the circuit to open")
 	for i := range 4 {
 		s.publish("order.created", map[string]any{"n": 10 + i})
 	}
 	testwait.Eventually(t, 20*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'circuit_open'`) == 6
+		return s.Count(`SELECT count(*) FROM deliveries WHERE park_reason = 'circuit_open'`) == 6
 	}, "every delivery to be parked behind the circuit")
 	// Each knows when it will be looked at again: the half-open time,
 	// about two minutes out.
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries
 		WHERE next_attempt_at IS NULL OR next_attempt_at < now() + interval '100 seconds'`))
 	var parked uuid.UUID
-	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT id FROM deliveries LIMIT 1`).Scan(&parked))
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT id FROM deliveries LIMIT 1`).Scan(&parked))
 	var shown map[string]any
 	s.call("GET", "/v1/deliveries/"+parked.String(), s.key, nil, http.StatusOK, &shown)
 	require.Equal(t, "circuit_open", shown["waiting_for"])
@@ -93,10 +94,10 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 	healthy.Store(true)
 	s.call("PATCH", "/v1/webhooks/"+id+"/circuit-breaker", s.key, map[string]any{"action": "reset"}, http.StatusOK, nil)
 	testwait.Eventually(t, 15*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 6
+		return s.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == 6
 	}, "the reset to release every parked delivery")
 	require.Equal(t, before+6, len(rc.requests()), "each parked delivery was sent once after the reset")
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`),
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE postponed_count > 1`),
 		"no delivery was put off more than once while the circuit was open")
 }
 
@@ -104,7 +105,7 @@ func TestOpenCircuitParksDeliveriesUntilReset(t *testing.T) {
 // worker: nothing is postponed for a busy host.
 func TestABurstQueuesForItsHostInTheWorker(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, func(o *options) { o.workers = 32 })
+	s := newSystem(t, func(o *systemtest.Options) { o.Workers = 32 })
 	// An endpoint that takes 20 ms to answer: 40 deliveries need its 5
 	// connections for a while.
 	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
@@ -119,9 +120,9 @@ func TestABurstQueuesForItsHostInTheWorker(t *testing.T) {
 		s.publish("order.created", map[string]any{"n": i})
 	}
 	testwait.Eventually(t, 30*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == n
+		return s.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == n
 	}, "every delivery to succeed")
-	require.Zero(t, s.count(`SELECT count(*) FROM deliveries WHERE postponed_count > 0 OR park_reason IS NOT NULL`))
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE postponed_count > 0 OR park_reason IS NOT NULL`))
 	require.Len(t, rc.requests(), n)
 }
 
@@ -130,7 +131,7 @@ func TestABurstQueuesForItsHostInTheWorker(t *testing.T) {
 // always let in.
 func TestAHangingTenantLeavesRoomForAnother(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, func(o *options) { o.workers, o.share = 6, true })
+	s := newSystem(t, func(o *systemtest.Options) { o.Workers, o.SharedSlots = 6, true })
 	hang := make(chan struct{})
 	var hanging atomic.Int64
 	// Each hanging webhook is its own host, so that the per-host cap is
@@ -166,7 +167,7 @@ func TestAHangingTenantLeavesRoomForAnother(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.EqualValues(t, 6, hanging.Load(), "the noisy tenant, over its share, got no slot meanwhile")
 	testwait.Eventually(t, 20*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE park_reason = 'tenant_share'`) > 0
+		return s.Count(`SELECT count(*) FROM deliveries WHERE park_reason = 'tenant_share'`) > 0
 	}, "the noisy tenant's other deliveries to wait in Postgres, not in the queue")
 }
 
@@ -180,7 +181,7 @@ func TestEnablingAWebhookReleasesItsParkedDeliveries(t *testing.T) {
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 	id, _ := s.webhook(rc.URL, map[string]any{"active": false})
 	var d uuid.UUID
-	require.NoError(t, s.pool.QueryRow(context.Background(), `WITH ev AS (
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
     VALUES (uuidv7(), $1, 'order.created', 'paused-1', '\x00', 'normal', '{"n":1}') RETURNING id, tenant_id, created_at)
 INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, parked_at, park_reason, next_attempt_at, created_at)

@@ -49,18 +49,18 @@ func TestUnverifiedEndpointReceivesNothing(t *testing.T) {
 
 	event := s.publish("order.created", map[string]any{"id": 1})
 	var held, sent string
-	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`,
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`,
 		event, unverified["id"]).Scan(&held))
-	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`,
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id FROM deliveries WHERE event_id = $1 AND webhook_id = $2`,
 		event, verified["id"]).Scan(&sent))
 	testwait.Eventually(t, 15*time.Second, func() bool {
-		return s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'succeeded'`, sent) == 1 &&
-			s.count(`SELECT postponed_count FROM deliveries WHERE id = $1`, held) > 0
+		return s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'succeeded'`, sent) == 1 &&
+			s.Count(`SELECT postponed_count FROM deliveries WHERE id = $1`, held) > 0
 	}, "the verified endpoint's delivery to succeed and the other's to be postponed")
 
-	require.Equal(t, 1, s.count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'pending' AND attempt_count = 0`, held),
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status = 'pending' AND attempt_count = 0`, held),
 		"postponed, not attempted")
-	require.Zero(t, s.count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, held))
+	require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = $1`, held))
 	reqs := silent.requests()
 	require.Len(t, reqs, 1, "the challenge only")
 	require.Equal(t, "webhook.verification", reqs[0].Header.Get("X-Webhook-Event"))

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,21 +17,17 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/db/dbtest"
-	"github.com/hookline/hookline/internal/dlq"
-	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/health"
-	"github.com/hookline/hookline/internal/history"
-	"github.com/hookline/hookline/internal/outbox"
+	"github.com/hookline/hookline/internal/process"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
-	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
-	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/supervisor"
+	"github.com/hookline/hookline/internal/supervisor/supervisortest"
 	"github.com/hookline/hookline/internal/testlog"
-	"github.com/hookline/hookline/internal/webhook"
 )
 
 const testAdminToken = "admin-token-for-tests"
@@ -67,7 +63,6 @@ func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
 // that uses it a handle that reports to that test.
 func startAPI(t testing.TB, opts ...func(*apiOptions)) *apiEnv {
 	t.Helper()
-	pool := dbtest.New(t)
 	o := apiOptions{cfg: config.Default(), checks: health.Checks{}, amqpURL: queuetest.URL(), redisAddr: redistest.Addr()}
 	o.cfg.API.AdminToken = testAdminToken
 	o.cfg.Network.AllowPrivateNetworks = false
@@ -77,46 +72,24 @@ func startAPI(t testing.TB, opts ...func(*apiOptions)) *apiEnv {
 	logBuf := &testlog.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
+	pool := dbtest.New(t)
 	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	topo := queuetest.NewTopology(t)
+	o.cfg.AMQP.Prefix, o.cfg.Redis.KeyPrefix = topo.Prefix, redistest.Prefix(t)
 	conn := queue.NewConn(o.amqpURL, log)
-	pub := queue.NewPublisher(conn, topo, 2)
-	dispatcher := outbox.NewDispatcher(pool, pub, log)
-	relay := outbox.NewRelay(pool, pub, log)
-	relay.Age, relay.Interval = 5*time.Second, 200*time.Millisecond
-	redisPrefix := redistest.Prefix(t)
-	events := event.NewService(pool, rdb, redisPrefix, dispatcher, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{conn.Run, events.Run, dispatcher.Run, relay.Run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = run(ctx) }()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	st, err := NewStack(o.cfg, pool, rdb, conn, log)
+	require.NoError(t, err)
+	st.Relay.Interval = 200 * time.Millisecond
+	supervisortest.Start(t, log, append([]supervisor.Part{{Name: "rabbitmq", Run: conn.Run}}, st.Parts()...)...)
 	queuetest.WaitConnected(t, conn)
 
-	checks := health.Checks{
-		"postgres": func(ctx context.Context) error { return pool.Ping(ctx) },
-		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		"rabbitmq": pub.Check,
-	}
-	for name, c := range o.checks {
-		checks[name] = c
-	}
-	srv, err := New(Deps{
-		Config:     o.cfg,
-		Log:        log,
-		Tenants:    tenant.NewStore(pool),
-		Webhooks:   webhook.NewStore(pool),
-		Events:     events,
-		Deliveries: history.NewReader(pool),
-		DLQ:        dlq.NewStore(pool, dispatcher),
-		Breaker:    breaker.New(rdb, redisPrefix),
-		Overrides:  breaker.NewOverrides(pool),
-		Limits:     ratelimit.New(rdb, redisPrefix),
-		Checks:     checks,
-	})
+	st.Deps.Checks = (&process.Deps{PG: pool, Redis: rdb, AMQP: conn}).Checks()
+	st.Deps.Checks["rabbitmq"] = st.Publisher.Check
+	maps.Copy(st.Deps.Checks, o.checks)
+	// The REST API alone: the console has its own tests.
+	st.Deps.Console = console.Config{}
+	srv, err := New(st.Deps)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

@@ -28,17 +28,26 @@ func Prefix(t testing.TB) string {
 	_, _ = rand.Read(b)
 	prefix := "test-" + hex.EncodeToString(b) + ":"
 	t.Cleanup(func() {
-		ctx := context.Background()
 		rdb := redis.NewClient(&redis.Options{Addr: Addr()})
 		defer rdb.Close()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			_ = rdb.Del(ctx, keys...).Err()
-		}
+		_, _ = DeleteKeys(context.Background(), rdb, prefix)
 	})
 	return prefix
+}
+
+// DeleteKeys deletes every key under prefix and returns how many there
+// were.
+func DeleteKeys(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	return len(keys), rdb.Del(ctx, keys...).Err()
 }

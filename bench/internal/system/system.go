@@ -30,6 +30,7 @@ import (
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/redistest"
 	"github.com/hookline/hookline/internal/schedule"
 )
 
@@ -94,7 +95,7 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 		return nil, err
 	}
 	log := slog.New(slog.DiscardHandler)
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
 	conn := queue.NewConn(queuetest.URL(), log)
 	api, err := httpapi.NewStack(cfg, pool, rdb, conn, log)
 	if err != nil {
@@ -144,7 +145,7 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 		_ = hs.Shutdown(context.Background())
 		cancel()
 		wg.Wait()
-		deleteKeys(rdb, cfg.Redis.KeyPrefix)
+		_, _ = redistest.DeleteKeys(context.Background(), rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
 		pool.Close()
 		deleteTopology(topo)
@@ -174,19 +175,6 @@ func (s *System) Purge() error {
 		}
 		return nil
 	})
-}
-
-// deleteKeys removes every Redis key the run wrote under prefix.
-func deleteKeys(rdb *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if len(keys) > 0 {
-		_ = rdb.Del(ctx, keys...).Err()
-	}
 }
 
 func deleteTopology(topo queue.Topology) {
