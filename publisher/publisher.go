@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/event"
@@ -23,6 +24,7 @@ import (
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/supervisor"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 // Config says where the hookline deployment's services are.
@@ -40,6 +42,12 @@ type Config struct {
 	RedisPrefix string
 	// Logger receives warnings (broker outages). Default: discarded.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every PublishEvent: a span that is
+	// a child of the span in the context PublishEvent is given, and whose
+	// trace the event's deliveries continue in the workers (a program using
+	// the global provider passes otel.GetTracerProvider()). Default: no
+	// tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Event is one event to publish: the publish_event call.
@@ -117,7 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	pub := queue.NewPublisher(conn, queue.Topology{Prefix: cfg.AMQPPrefix}, 2)
 	dispatcher := outbox.NewDispatcher(pool, pub, cfg.Logger)
 	relay := outbox.NewRelay(pool, pub, cfg.Logger)
-	p.events = event.NewService(pool, p.rdb, cfg.RedisPrefix, dispatcher, cfg.Logger)
+	p.events = event.NewService(pool, p.rdb, cfg.RedisPrefix, dispatcher, cfg.Logger).WithTracer(tracing.NewTracer(cfg.TracerProvider))
 
 	// Stopped in reverse: the group commit first, the broker connection
 	// last.
@@ -131,7 +139,8 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 
 // PublishEvent accepts an event. It returns once the event and its
 // deliveries are committed to Postgres; they reach RabbitMQ right after (or,
-// during a broker outage, once it is back).
+// during a broker outage, once it is back). With Config.TracerProvider set,
+// the publish continues the trace of the span in ctx.
 func (p *Publisher) PublishEvent(ctx context.Context, e Event) (Result, error) {
 	data, ok := e.Data.(json.RawMessage)
 	if !ok {

@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string) error {
 	if cfg.Database.URL, err = db.WithStatementTimeout(cfg.Database.URL, cfg.API.StatementTimeout.D()); err != nil {
 		return err
 	}
-	deps, err := process.Connect(ctx, cfg, log)
+	deps, err := process.Connect(ctx, cfg, "api", log)
 	if err != nil {
 		return err
 	}
@@ -76,6 +76,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	api.WithTracer(deps.Tracing.Tracer())
 	parts := supervisor.New(log)
 	checks := deps.Checks()
 	checks["rabbitmq"] = api.Publisher.Check

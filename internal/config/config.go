@@ -47,6 +47,7 @@ type Config struct {
 	Network   Network   `yaml:"network"`
 	Defaults  Defaults  `yaml:"defaults"`
 	Security  Security  `yaml:"security"`
+	Tracing   Tracing   `yaml:"tracing"`
 }
 
 // Security configures the protection of secrets at rest.
@@ -283,6 +284,7 @@ func Default() Config {
 			TenantPublishRateLimit: PublishRateLimit{RequestsPerSecond: 1000, Burst: 2000},
 			WebhookRateLimit:       RateLimit{RequestsPerMinute: 100, Burst: 20},
 		},
+		Tracing: defaultTracing(),
 	}
 }
 
@@ -379,7 +381,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			c.Network.AllowCIDRs[i] = strings.TrimSpace(cidr)
 		}
 	}
-	return nil
+	return c.Tracing.applyEnv(getenv)
 }
 
 // Validate reports every bad setting, each naming the setting (and its
@@ -485,6 +487,7 @@ func (c *Config) Validate() error {
 	checkRate(bad, "defaults.tenant_rate_limit", c.Defaults.TenantRateLimit.RequestsPerMinute, c.Defaults.TenantRateLimit.Burst)
 	checkRate(bad, "defaults.webhook_rate_limit", c.Defaults.WebhookRateLimit.RequestsPerMinute, c.Defaults.WebhookRateLimit.Burst)
 	checkRate(bad, "defaults.tenant_publish_rate_limit", c.Defaults.TenantPublishRateLimit.RequestsPerSecond, c.Defaults.TenantPublishRateLimit.Burst)
+	c.Tracing.validate(bad)
 	return errors.Join(errs...)
 }
 

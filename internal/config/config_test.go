@@ -128,6 +128,7 @@ defaults:
   webhook_rate_limit: {requests_per_minute: 15, burst: 16}
 security:
   secret_keys: ["k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="]
+tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://otel:4318/traces", service_name: hl, sampler: traceidratio, sampler_arg: 0.5}
 `)
 	got, err := config.Load(path, env(nil))
 	require.NoError(t, err)
@@ -167,6 +168,8 @@ security:
 			WebhookRateLimit:       config.RateLimit{RequestsPerMinute: 15, Burst: 16},
 		},
 		Security: config.Security{SecretKeys: []string{"k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="}},
+		Tracing: config.Tracing{Enabled: true, Endpoint: "http://otel:4318", TracesEndpoint: "http://otel:4318/traces",
+			ServiceName: "hl", Sampler: "traceidratio", SamplerArg: 0.5},
 	}
 	require.Equal(t, want, got)
 }

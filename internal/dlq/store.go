@@ -12,9 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/history"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -42,11 +45,19 @@ type dispatcher interface {
 type Store struct {
 	pool     *pgxpool.Pool
 	dispatch dispatcher
+	tracer   tracing.Tracer
 }
 
 // NewStore returns a Store that hands new deliveries to d.
 func NewStore(pool *pgxpool.Pool, d dispatcher) *Store {
 	return &Store{pool: pool, dispatch: d}
+}
+
+// WithTracer makes every single retry a span, linked to the trace of the
+// event's publish (which the attempts of the new delivery continue).
+func (s *Store) WithTracer(t tracing.Tracer) *Store {
+	s.tracer = t
+	return s
 }
 
 // checkPriority validates a retry priority; empty means normal.
@@ -67,6 +78,7 @@ func checkPriority(field string, p *string) error {
 // gives a delivery of this event to the webhook as it is now
 // (webhook.OrderKeySQL), so that the retry waits its turn like any other.
 var retryTargetSQL = `SELECT d.status, d.event_id, d.created_at, e.correlation_id, e.data IS NULL,
+    coalesce(e.traceparent, ''), coalesce(e.tracestate, ''),
     w.active, w.deleted_at IS NOT NULL,
     EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id AND r.status IN ('pending', 'retrying')),
     EXISTS (SELECT 1 FROM deliveries r WHERE r.event_id = d.event_id AND r.webhook_id = d.webhook_id
@@ -95,6 +107,8 @@ type retryTarget struct {
 	createdAt                                   time.Time
 	pruned, active, deleted, inFlight, resolved bool
 	orderKey                                    *string
+	// trace is the trace context of the event's publish.
+	trace tracing.Parent
 }
 
 // check returns why t cannot be retried, or nil.
@@ -126,6 +140,21 @@ func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 // retry_of, and enqueues it. The exhausted delivery is left as it was. An
 // entry already resolved is retried only with opts.Force.
 func (s *Store) RetryWith(ctx context.Context, tenantID, webhookID, deliveryID uuid.UUID, opts RetryOptions) (uuid.UUID, error) {
+	ctx, span := s.tracer.Start(ctx, "hookline.retry", trace.SpanKindInternal)
+	defer span.End()
+	id, err := s.retry(ctx, tenantID, webhookID, deliveryID, opts)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.TenantID.String(tenantID.String()), tracing.WebhookID.String(webhookID.String()),
+			attribute.String("hookline.retry_of", deliveryID.String()))
+		if err == nil {
+			span.SetAttributes(tracing.DeliveryID.String(id.String()))
+		}
+		tracing.Fail(span, err)
+	}
+	return id, err
+}
+
+func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.UUID, opts RetryOptions) (uuid.UUID, error) {
 	priority := opts.Priority
 	if err := checkPriority("priority", &priority); err != nil {
 		return uuid.Nil, err
@@ -138,13 +167,15 @@ func (s *Store) RetryWith(ctx context.Context, tenantID, webhookID, deliveryID u
 
 	var t retryTarget
 	err = tx.QueryRow(ctx, retryTargetSQL, deliveryID, tenantID, webhookID).Scan(&t.status, &t.eventID, &t.createdAt,
-		&t.correlation, &t.pruned, &t.active, &t.deleted, &t.inFlight, &t.resolved, &t.orderKey)
+		&t.correlation, &t.pruned, &t.trace.TraceParent, &t.trace.TraceState,
+		&t.active, &t.deleted, &t.inFlight, &t.resolved, &t.orderKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, ErrNotFound
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
+	tracing.LinkFrom(ctx, t.trace)
 	if err := t.check(opts.Force); err != nil {
 		return uuid.Nil, err
 	}

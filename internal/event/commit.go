@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/batch"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -20,6 +21,9 @@ type pending struct {
 	hash      []byte
 	id        uuid.UUID
 	createdAt time.Time
+	// trace is the publish's trace context, stored with the event; zero
+	// with tracing off.
+	trace tracing.Parent
 
 	inserted bool
 	tasks    []wire.Task
@@ -76,6 +80,7 @@ func (c *committer) exec(ctx context.Context, batch []*pending) error {
 	types, sources, keys := make([]string, n), make([]string, n), make([]string, n)
 	hashes := make([][]byte, n)
 	prios, data, corr := make([]string, n), make([]string, n), make([]string, n)
+	parents, states := make([]string, n), make([]string, n)
 	created := make([]time.Time, n)
 	byID := make(map[uuid.UUID]*pending, n)
 	for i, p := range batch {
@@ -83,11 +88,13 @@ func (c *committer) exec(ctx context.Context, batch []*pending) error {
 		types[i], sources[i], keys[i] = p.req.EventType, p.req.Source, p.req.IdempotencyKey
 		hashes[i] = p.hash
 		prios[i], data[i], corr[i] = p.req.Priority, string(p.req.Data), p.req.CorrelationID
+		parents[i], states[i] = p.trace.TraceParent, p.trace.TraceState
 		created[i] = p.createdAt
 		byID[p.id] = p
 		p.inserted, p.tasks = false, nil
 	}
-	rows, err := c.pool.Query(ctx, publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created)
+	rows, err := c.pool.Query(ctx, publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
+		parents, states)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}

@@ -8,8 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -26,15 +29,16 @@ var (
 )
 
 const (
-	replaySourceSQL = `SELECT data IS NULL FROM events WHERE id = $1 AND tenant_id = $2`
+	replaySourceSQL = `SELECT data IS NULL, coalesce(traceparent, ''), coalesce(tracestate, '')
+FROM events WHERE id = $1 AND tenant_id = $2`
 	replayHookSQL   = `SELECT active FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
 	// replaySQL copies the event under a fresh idempotency key, linked by
 	// replay_of, and fans it out to the tenant's matching active webhooks,
 	// or to the one webhook named.
 	replaySQL = `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data,
-                        replay_of, correlation_id, created_at)
-    SELECT $3, tenant_id, event_type, source, $4, request_hash, priority, data, id, $7, $5
+                        replay_of, correlation_id, created_at, traceparent, tracestate)
+    SELECT $3, tenant_id, event_type, source, $4, request_hash, priority, data, id, $7, $5, nullif($8, ''), nullif($9, '')
     FROM events WHERE id = $1 AND tenant_id = $2
     RETURNING id, tenant_id, event_type, priority, created_at
 ), ins AS (
@@ -53,14 +57,34 @@ var replayFanOutSQL = fmt.Sprintf(replaySQL, webhook.FilterSQL("w.events", "ev.e
 // source, priority and payload, a fresh idempotency key and correlation id,
 // replay_of naming the original. It fans out to the webhooks subscribed to
 // it now, or only to webhookID when that is given (whatever its filters).
+//
+// With tracing on, the replay is a span, a child of the span in ctx and
+// linked to the original's publish; the new event continues the replay's
+// trace.
 func (s *Service) Replay(ctx context.Context, tenantID, id uuid.UUID, webhookID *uuid.UUID) (Result, error) {
+	ctx, span := s.tracer.Start(ctx, "hookline.replay", trace.SpanKindProducer)
+	defer span.End()
+	res, err := s.replay(ctx, tenantID, id, webhookID)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.TenantID.String(tenantID.String()), attribute.String("hookline.replay_of", id.String()))
+		if err == nil {
+			span.SetAttributes(tracing.EventID.String(res.ID.String()), tracing.EventType.String(res.EventType),
+				attribute.Int("hookline.deliveries", res.Deliveries))
+		}
+		tracing.Fail(span, err)
+	}
+	return res, err
+}
+
+func (s *Service) replay(ctx context.Context, tenantID, id uuid.UUID, webhookID *uuid.UUID) (Result, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("replay event: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	var pruned bool
-	switch err := tx.QueryRow(ctx, replaySourceSQL, id, tenantID).Scan(&pruned); {
+	var origin tracing.Parent
+	switch err := tx.QueryRow(ctx, replaySourceSQL, id, tenantID).Scan(&pruned, &origin.TraceParent, &origin.TraceState); {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Result{}, ErrNotFound
 	case err != nil:
@@ -79,10 +103,16 @@ func (s *Service) Replay(ctx context.Context, tenantID, id uuid.UUID, webhookID 
 			return Result{}, ErrWebhookInactive
 		}
 	}
+	tracing.LinkFrom(ctx, origin)
+	var parent tracing.Parent
+	if s.tracer.On() {
+		parent = tracing.ParentOf(ctx)
+	}
 	newID := uuid.Must(uuid.NewV7())
 	res := Result{ID: newID, IdempotencyKey: keyPrefix + uuid.NewString(), ReplayOf: &id,
 		CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
-	rows, err := tx.Query(ctx, replayFanOutSQL, id, tenantID, newID, res.IdempotencyKey, res.CreatedAt, webhookID, newID.String())
+	rows, err := tx.Query(ctx, replayFanOutSQL, id, tenantID, newID, res.IdempotencyKey, res.CreatedAt, webhookID, newID.String(),
+		parent.TraceParent, parent.TraceState)
 	if err != nil {
 		return Result{}, fmt.Errorf("replay event: %w", err)
 	}

@@ -14,8 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -35,11 +38,20 @@ type Service struct {
 	commits  *committer
 	// cacheDownUntil (unix nanoseconds) pauses the Redis fast path.
 	cacheDownUntil atomic.Int64
+	// tracer traces publishes and replays; the zero Tracer: tracing off.
+	tracer tracing.Tracer
 }
 
 // NewService returns a Service. rdb may be nil (no Redis fast path).
 func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dispatcher, log *slog.Logger) *Service {
 	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool)}
+}
+
+// WithTracer makes the service trace publishes and replays with t. Call it
+// before Run.
+func (s *Service) WithTracer(t tracing.Tracer) *Service {
+	s.tracer = t
+	return s
 }
 
 // publishSQL inserts a batch of events and fans them out in one statement,
@@ -51,11 +63,14 @@ func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dis
 // events times deliveries). Webhook filters are matched by webhook.FilterSQL.
 var publishSQL = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                         $7::text[], $8::text[], $9::text[], $10::timestamptz[])
-        AS t(id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at)
+                         $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[])
+        AS t(id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
+             traceparent, tracestate)
 ), ev AS (
-    INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at)
-    SELECT id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data::json, correlation_id, created_at
+    INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
+                        traceparent, tracestate)
+    SELECT id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data::json, correlation_id, created_at,
+           nullif(traceparent, ''), nullif(tracestate, '')
     FROM input
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, tenant_id, event_type, priority, created_at
@@ -80,14 +95,39 @@ FROM events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2`
 // with one delivery per matching active webhook and hands those to the
 // outbox. It returns only after the commit, which it shares with the other
 // events published at the same moment (see committer).
+//
+// With tracing on, the publish is a span, a child of the span in ctx (the
+// producer's, when it sent one), and the event stores that span's trace
+// context for the attempts of its deliveries to continue.
 func (s *Service) Publish(ctx context.Context, tenantID uuid.UUID, r Request) (Result, error) {
+	ctx, span := s.tracer.Start(ctx, "hookline.publish", trace.SpanKindProducer)
+	defer span.End()
+	res, err := s.publish(ctx, tenantID, r)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.TenantID.String(tenantID.String()), tracing.EventType.String(r.EventType))
+		if err == nil {
+			span.SetAttributes(tracing.EventID.String(res.ID.String()), attribute.Int("hookline.deliveries", res.Deliveries),
+				attribute.Bool("hookline.idempotent_replay", res.Replayed))
+		}
+		tracing.Fail(span, err)
+	}
+	return res, err
+}
+
+func (s *Service) publish(ctx context.Context, tenantID uuid.UUID, r Request) (Result, error) {
+	span := trace.SpanFromContext(ctx)
 	givenKey := r.IdempotencyKey != ""
 	hash, err := normalize(&r)
 	if err != nil {
 		return Result{}, err
 	}
+	span.AddEvent("validated")
 	if givenKey {
-		if res, ok, err := s.cached(ctx, tenantID, r.IdempotencyKey, hash); ok || err != nil {
+		res, ok, err := s.cached(ctx, tenantID, r.IdempotencyKey, hash)
+		if span.IsRecording() {
+			span.AddEvent("idempotency_checked", trace.WithAttributes(attribute.Bool("hookline.cache_hit", ok)))
+		}
+		if ok || err != nil {
 			return res, err
 		}
 	}
@@ -96,13 +136,18 @@ func (s *Service) Publish(ctx context.Context, tenantID uuid.UUID, r Request) (R
 	if p.req.CorrelationID == "" {
 		p.req.CorrelationID = p.id.String()
 	}
+	if s.tracer.On() {
+		p.trace = tracing.ParentOf(ctx)
+	}
 	if err := s.commits.submit(ctx, p); err != nil {
 		return Result{}, err
 	}
+	span.AddEvent("committed")
 	if !p.inserted {
 		return s.existing(ctx, tenantID, r.IdempotencyKey, hash)
 	}
 	s.dispatch.Enqueue(p.tasks...)
+	span.AddEvent("enqueued")
 	metrics.DeliveriesCreated.Add(float64(len(p.tasks)))
 	res := Result{ID: p.id, IdempotencyKey: r.IdempotencyKey, EventType: r.EventType, Priority: r.Priority,
 		Deliveries: len(p.tasks), CreatedAt: p.createdAt}

@@ -28,6 +28,7 @@ import (
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -51,6 +52,7 @@ type Server struct {
 	rules           webhook.Rules
 	checks          health.Checks
 	console         *console.Console
+	tracer          tracing.Tracer
 	now             func() time.Time
 }
 
@@ -73,6 +75,9 @@ type Deps struct {
 	// Console configures the operator console under /console; it is served
 	// when Console.DB is set.
 	Console console.Config
+	// Tracer is set when tracing is on (Stack.WithTracer): requests then
+	// continue the trace context they carry.
+	Tracer tracing.Tracer
 }
 
 // New returns a Server; Handler builds its routes.
@@ -95,6 +100,7 @@ func New(d Deps) (*Server, error) {
 		overrides:  d.Overrides,
 		limits:     d.Limits,
 		checks:     d.Checks,
+		tracer:     d.Tracer,
 		now:        time.Now,
 		rules: webhook.Rules{
 			RequireHTTPS:     d.Config.API.RequireHTTPS,
@@ -126,6 +132,9 @@ func (s *Server) Handler() http.Handler {
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
 	r.Use(s.recoverJSON, s.observe)
+	if s.tracer.On() {
+		r.Use(continueTrace)
+	}
 	r.NoRoute(func(c *gin.Context) { abort(c, errNotFound) })
 	r.NoMethod(func(c *gin.Context) {
 		abort(c, newError(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
@@ -201,6 +210,15 @@ func refuseUnstorableQuery(c *gin.Context) {
 				return
 			}
 		}
+	}
+	c.Next()
+}
+
+// continueTrace makes the trace context a request carries (traceparent
+// and tracestate headers) the parent of the spans its handler starts.
+func continueTrace(c *gin.Context) {
+	if p := tracing.ParentFromHeader(c.Request.Header); p.TraceParent != "" {
+		c.Request = c.Request.WithContext(p.Context(c.Request.Context()))
 	}
 	c.Next()
 }

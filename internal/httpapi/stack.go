@@ -18,6 +18,7 @@ import (
 	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -71,6 +72,16 @@ func NewStack(cfg config.Config, pool *pgxpool.Pool, rdb *redis.Client, amqp *qu
 			Console:    console.Config{DB: pool},
 		},
 	}, nil
+}
+
+// WithTracer traces the api with t: publishes, replays and retries of
+// exhausted deliveries are spans, children of the trace context a request
+// carries (traceparent and tracestate headers). Call it before New.
+func (s *Stack) WithTracer(t tracing.Tracer) *Stack {
+	s.Events.WithTracer(t)
+	s.Deps.DLQ.WithTracer(t)
+	s.Deps.Tracer = t
+	return s
 }
 
 // Parts are the publish path's long-running parts in the order they start:

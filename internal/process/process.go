@@ -23,6 +23,7 @@ import (
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/health"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 // DefaultConfigPath is read when neither -config nor HOOKLINE_CONFIG names a
@@ -46,7 +47,9 @@ func LoadConfig(name string, args []string, getenv func(string) string) (config.
 	return cfg, fs.Args(), err
 }
 
-// NewLogger returns a JSON logger in production and a text logger otherwise.
+// NewLogger returns a JSON logger in production and a text logger
+// otherwise. With tracing on, lines logged with a traced context carry
+// trace_id and span_id.
 func NewLogger(cfg config.Config, w io.Writer, proc string) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
@@ -57,20 +60,25 @@ func NewLogger(cfg config.Config, w io.Writer, proc string) *slog.Logger {
 	} else {
 		h = slog.NewTextHandler(w, opts)
 	}
+	if cfg.Tracing.Enabled {
+		h = tracing.LogHandler(h)
+	}
 	return slog.New(h).With("process", proc)
 }
 
-// Deps are the connections a process holds.
+// Deps are the connections a process holds, and its tracer provider.
 type Deps struct {
-	PG    *pgxpool.Pool
-	Redis *redis.Client
-	AMQP  *queue.Conn
+	PG      *pgxpool.Pool
+	Redis   *redis.Client
+	AMQP    *queue.Conn
+	Tracing *tracing.Provider
 }
 
-// Connect opens Postgres and Redis clients and prepares the RabbitMQ
-// connection (opened by its Run). Postgres must answer at start; Redis and
-// RabbitMQ may come later, readiness says so meanwhile.
-func Connect(ctx context.Context, cfg config.Config, log *slog.Logger) (*Deps, error) {
+// Connect opens Postgres and Redis clients, prepares the RabbitMQ
+// connection (opened by its Run) and sets up tracing for process. Postgres
+// must answer at start; Redis and RabbitMQ may come later, readiness says
+// so meanwhile.
+func Connect(ctx context.Context, cfg config.Config, process string, log *slog.Logger) (*Deps, error) {
 	pg, err := connectPostgres(ctx, cfg.Database, log)
 	if err != nil {
 		return nil, err
@@ -80,7 +88,15 @@ func Connect(ctx context.Context, cfg config.Config, log *slog.Logger) (*Deps, e
 		pg.Close()
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
-	return &Deps{PG: pg, Redis: redis.NewClient(ropts), AMQP: queue.NewConn(cfg.AMQP.URL, log)}, nil
+	tp, err := tracing.Setup(ctx, cfg.Tracing, process, log)
+	if err != nil {
+		pg.Close()
+		return nil, err
+	}
+	if tp.On() {
+		log.Info("tracing on", "export_url", cfg.Tracing.ExportURL(), "sampler", cfg.Tracing.Sampler)
+	}
+	return &Deps{PG: pg, Redis: redis.NewClient(ropts), AMQP: queue.NewConn(cfg.AMQP.URL, log), Tracing: tp}, nil
 }
 
 // connectPostgres retries for up to 30 s so that processes started together
@@ -113,8 +129,15 @@ func (d *Deps) Checks() health.Checks {
 	}
 }
 
-// Close releases the clients in reverse order of opening.
+// tracingFlush bounds the export of the spans still buffered at Close.
+const tracingFlush = 5 * time.Second
+
+// Close releases the clients in reverse order of opening, after exporting
+// the spans still buffered.
 func (d *Deps) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
+	defer cancel()
+	_ = d.Tracing.Shutdown(ctx)
 	_ = d.Redis.Close()
 	d.PG.Close()
 }

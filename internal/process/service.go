@@ -33,7 +33,7 @@ func RunService(ctx context.Context, name string, args []string, build Build) er
 		return err
 	}
 	log := NewLogger(cfg, os.Stderr, name)
-	deps, err := Connect(ctx, cfg, log)
+	deps, err := Connect(ctx, cfg, name, log)
 	if err != nil {
 		return err
 	}
