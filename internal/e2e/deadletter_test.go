@@ -39,27 +39,8 @@ func TestMalformedMessageIsDeadLettered(t *testing.T) {
 func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	release := make(chan struct{})
-	arrived := make(chan struct{}, 1)
-	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, _ *http.Request) {
-		arrived <- struct{}{}
-		<-release // hold the first attempt: the delivery stays pending meanwhile
-	})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseOnce)
-	hookID, _ := s.webhook(rc.URL, nil)
-	eventID := s.publish("order.created", map[string]any{})
-	id := s.deliveryOf(eventID)
-	select {
-	case <-arrived:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the attempt never started")
-	}
-	var tenantID uuid.UUID
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT tenant_id FROM deliveries WHERE id = $1`, id).Scan(&tenantID))
-
-	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: tenantID,
-		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
+	task, rc, release := s.heldAttempt()
+	id := task.DeliveryID
 	m := task.Message(time.Time{})
 	queuetest.Publish(t, s.Topology.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
 		Headers: amqp.Table{"x-delivery-count": int64(20)}})
@@ -71,7 +52,7 @@ func TestPoisonMessageExhaustsItsDelivery(t *testing.T) {
 
 	// The attempt that was in flight finishes after the delivery became
 	// exhausted: it is not recorded, the delivery stays exhausted.
-	releaseOnce()
+	release()
 	testwait.Eventually(t, 15*time.Second, func() bool { return len(rc.requests()) == 1 }, "one request")
 	require.Never(t, func() bool {
 		return s.Count(`SELECT count(*) FROM deliveries WHERE id = $1 AND status <> 'exhausted'`, id) > 0
@@ -97,4 +78,30 @@ func TestQueueDepthAndDLQGauges(t *testing.T) {
 	for _, q := range []string{"high", "normal", "low", "dead"} {
 		require.Equal(t, 0.0, testutil.ToFloat64(metrics.QueueDepth.WithLabelValues(q)), q)
 	}
+}
+
+// heldAttempt publishes an event to a new webhook whose endpoint holds the
+// first attempt until release is called (at the latest when the test
+// ends), and returns the delivery's task once that attempt has begun: the
+// delivery stays pending meanwhile.
+func (s *system) heldAttempt() (task wire.Task, rc *receiver, release func()) {
+	s.t.Helper()
+	held := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	rc = newReceiver(s.t, func(_ int, _ http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		<-held
+	})
+	release = sync.OnceFunc(func() { close(held) })
+	s.t.Cleanup(release)
+	hookID, _ := s.webhook(rc.URL, nil)
+	eventID := s.publish("order.created", map[string]any{})
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		s.t.Fatal("the attempt never started")
+	}
+	task = wire.Task{DeliveryID: s.deliveryOf(eventID), EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID),
+		TenantID: s.tenantID, Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
+	return task, rc, release
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/hookline/hookline/internal/systemtest"
 	"github.com/hookline/hookline/internal/testlog"
 	"github.com/hookline/hookline/internal/testwait"
-	"github.com/hookline/hookline/internal/wire"
 )
 
 // onChannel runs f on a channel of a connection of its own.
@@ -126,29 +124,13 @@ func nilIfEmpty(s string) *string {
 func TestPanickingMessageExhaustsItsDelivery(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	release := make(chan struct{})
-	arrived := make(chan struct{}, 1)
-	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, _ *http.Request) {
-		arrived <- struct{}{}
-		<-release // hold the first attempt: the delivery stays pending meanwhile
-	})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseOnce)
-	hookID, _ := s.webhook(rc.URL, nil)
-	eventID := s.publish("order.created", map[string]any{})
-	id := s.deliveryOf(eventID)
-	select {
-	case <-arrived:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the attempt never started")
-	}
-	task := wire.Task{DeliveryID: id, EventID: uuid.MustParse(eventID), WebhookID: uuid.MustParse(hookID), TenantID: s.tenantID,
-		Priority: "normal", Attempt: 1, CreatedAt: time.Now()}
+	task, _, release := s.heldAttempt()
+	id := task.DeliveryID
 	m := task.Message(time.Time{})
 	queuetest.Publish(t, s.Topology.DeadExchange(), "", amqp.Publishing{DeliveryMode: amqp.Persistent, Body: m.Body, MessageId: m.ID,
 		Headers: amqp.Table{queue.HeaderPanics: int64(3), queue.HeaderPanic: "runtime error: invalid memory address or nil pointer dereference"}})
 	s.waitStatus(id, "exhausted", 15*time.Second)
-	releaseOnce()
+	release()
 	var reason string
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT last_error FROM deliveries WHERE id = $1`, id).Scan(&reason))
 	require.Equal(t, "poison message: its handler panicked 3 times (last: runtime error: invalid memory address or nil pointer dereference)", reason)
