@@ -22,18 +22,6 @@ import (
 	"github.com/hookline/hookline/internal/testwait"
 )
 
-// onChannel runs f on a channel of a connection of its own.
-func onChannel(t *testing.T, f func(ch *amqp.Channel) error) {
-	t.Helper()
-	conn, err := amqp.Dial(queuetest.URL())
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	defer ch.Close()
-	require.NoError(t, f(ch))
-}
-
 // A delivery whose work queue is not bound (deleted and redeclared by
 // hand, or a topology change) used to be confirmed by the broker, dropped,
 // marked enqueued, and left pending for ever. Publishes are mandatory now:
@@ -49,7 +37,7 @@ func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
 	unbind := func(ch *amqp.Channel) error {
 		return ch.QueueUnbind(s.Topology.WorkQueue("normal"), "normal", s.Topology.WorkExchange(), nil)
 	}
-	onChannel(t, unbind)
+	queuetest.WithChannel(t, unbind)
 
 	id := s.deliveryOf(s.publish("order.created", map[string]any{}))
 	enqueued := func() bool {
@@ -62,7 +50,7 @@ func TestUnroutableDeliveryIsPublishedAgain(t *testing.T) {
 	require.Contains(t, logs.String(), queue.ErrUnroutable.Error())
 	require.Empty(t, rc.requests())
 
-	onChannel(t, func(ch *amqp.Channel) error {
+	queuetest.WithChannel(t, func(ch *amqp.Channel) error {
 		return ch.QueueBind(s.Topology.WorkQueue("normal"), "normal", s.Topology.WorkExchange(), false, nil)
 	})
 	s.waitStatus(id, "succeeded", 20*time.Second)
