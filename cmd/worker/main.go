@@ -39,11 +39,13 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	if err != nil {
 		return nil, err
 	}
+	tracer := deps.Tracing.Tracer()
 	sender := delivery.NewSender(delivery.SenderConfig{
 		ConnectTimeout:  cfg.Worker.ConnectTimeout.D(),
 		MaxConnsPerHost: cfg.Worker.MaxConnsPerHost,
 		HostQueueWait:   cfg.Worker.HostQueueWait.D(),
 		UserAgent:       delivery.UserAgent,
+		Tracer:          tracer,
 	}, policy)
 	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
 	pub := queue.NewPublisher(deps.AMQP, topo, 4)
@@ -54,7 +56,7 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 		return nil, err
 	}
 	gate := schedule.NewGate(schedule.GateConfig{Slots: cfg.Worker.Concurrency})
-	w := delivery.NewWorker(deps.PG, sender, guard, pub, log).WithSecretKeys(keys).WithGate(gate)
+	w := delivery.NewWorker(deps.PG, sender, guard, pub, log).WithSecretKeys(keys).WithGate(gate).WithTracer(tracer)
 	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
 		Prefetch: cfg.Worker.Prefetch,
 		// Beyond the slots, room for the shares owed to other tenants and

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/metrics"
@@ -66,6 +68,9 @@ type admission struct {
 	reason schedule.Reason // circuit_open or rate_limited when not allowed
 	// reserved: until is the delivery's own reserved rate-limit slot.
 	reserved bool
+	// state is the circuit's state as the breaker answered; empty when it
+	// was not asked (disabled, overridden, or Redis unreachable).
+	state breaker.State
 }
 
 // admit decides about attempt t.Attempt of j at now. reserved is true when
@@ -113,6 +118,7 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 	}
 
 	probe := false
+	var state breaker.State
 	if allow != nil || allowErr != nil {
 		v, tr, err := breaker.Verdict{}, breaker.NoTransition, allowErr
 		if err == nil {
@@ -131,9 +137,9 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 			g.transition(ctx, t, j, tr, now)
 			if !v.Allowed {
 				cancel()
-				return admission{until: now.Add(v.RetryIn), reason: schedule.CircuitOpen}
+				return admission{until: now.Add(v.RetryIn), reason: schedule.CircuitOpen, state: v.State}
 			}
-			probe = v.Probe
+			probe, state = v.Probe, v.State
 		}
 	}
 	switch {
@@ -144,9 +150,9 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 			g.release(ctx, t)
 		}
 		metrics.RateLimitHits.WithLabelValues("delivery").Inc()
-		return admission{until: slot, reason: schedule.RateLimited, reserved: true}
+		return admission{until: slot, reason: schedule.RateLimited, reserved: true, state: state}
 	}
-	return admission{allowed: true, probe: probe}
+	return admission{allowed: true, probe: probe, state: state}
 }
 
 // reservedSlack is how far in the future a reserved slot may be and still
@@ -232,19 +238,23 @@ func (g *Guard) transition(ctx context.Context, t wire.Task, j job, tr breaker.T
 	case breaker.HalfOpened:
 		state = "half_open"
 	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("circuit_transition", trace.WithAttributes(attribute.String("hookline.transition", string(tr)),
+			attribute.String("hookline.circuit_state", state)))
+	}
 	var openedAt *time.Time
 	var sleepMS int64
 	if snap, err := g.breaker.Snapshot(ctx, t.WebhookID.String(), breakerConfig(j), now); err == nil && state != "closed" {
 		openedAt, sleepMS = &snap.OpenedAt, snap.SleepWindow.Milliseconds()
 	}
 	if _, err := g.pool.Exec(context.WithoutCancel(ctx), persistSQL, t.WebhookID, state, openedAt, sleepMS, now); err != nil {
-		g.log.Warn("circuit state not persisted", "webhook_id", t.WebhookID.String(), "error", err)
+		g.log.WarnContext(ctx, "circuit state not persisted", "webhook_id", t.WebhookID.String(), "error", err)
 	}
 	g.moveParked(ctx, t, tr, openedAt, sleepMS)
 	if tr == breaker.Opened || tr == breaker.ClosedAgain {
 		g.recordOwnerEvent(ctx, t, j, tr, now, sleepMS)
 	}
-	g.log.Warn("circuit breaker transition", "tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
+	g.log.WarnContext(ctx, "circuit breaker transition", "tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
 		"transition", string(tr), "state", state, "sleep_window_ms", sleepMS)
 }
 
@@ -263,7 +273,7 @@ func (g *Guard) moveParked(ctx context.Context, t wire.Task, tr breaker.Transiti
 		err = breaker.HoldParked(ctx, g.pool, t.WebhookID, &halfOpen)
 	}
 	if err != nil {
-		g.log.Warn("deliveries parked behind the circuit not moved", "webhook_id", t.WebhookID.String(), "error", err)
+		g.log.WarnContext(ctx, "deliveries parked behind the circuit not moved", "webhook_id", t.WebhookID.String(), "error", err)
 	}
 }
 
@@ -278,7 +288,7 @@ func (g *Guard) recordOwnerEvent(ctx context.Context, t wire.Task, j job, tr bre
 	}
 	if notify.IsNotification(j.EventType) {
 		notify.Suppressed(eventType)
-		g.log.Info("owner notification suppressed: the transition came from delivering a notification",
+		g.log.InfoContext(ctx, "owner notification suppressed: the transition came from delivering a notification",
 			"webhook_id", t.WebhookID.String(), "event_type", eventType)
 		return
 	}
@@ -287,7 +297,7 @@ func (g *Guard) recordOwnerEvent(ctx context.Context, t wire.Task, j job, tr bre
 		Data: map[string]any{"webhook_id": t.WebhookID, "url": j.URL, "transition": string(tr),
 			"at": now.UTC().Format(time.RFC3339Nano), "sleep_window_ms": sleepMS}}
 	if _, err := notify.Record(context.WithoutCancel(ctx), g.pool, n); err != nil {
-		g.log.Warn("owner notification not recorded", "webhook_id", t.WebhookID.String(), "event_type", eventType, "error", err)
+		g.log.WarnContext(ctx, "owner notification not recorded", "webhook_id", t.WebhookID.String(), "event_type", eventType, "error", err)
 	}
 }
 

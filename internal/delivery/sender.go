@@ -18,9 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hookline/hookline/internal/endpoint"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 // SampleBytes is how much of a response body is read and kept.
@@ -46,6 +49,8 @@ type SenderConfig struct {
 	// its host before it is deferred. Default 500ms.
 	HostQueueWait time.Duration
 	UserAgent     string
+	// Tracer makes each request a client span; the zero Tracer: none.
+	Tracer tracing.Tracer
 }
 
 // Sender POSTs deliveries. One Sender (one connection pool) serves a whole
@@ -54,6 +59,7 @@ type Sender struct {
 	client *http.Client
 	hosts  *hostLimiter
 	ua     string
+	tracer tracing.Tracer
 }
 
 // NewSender builds the client: keep-alive, no redirects, a connect timeout
@@ -81,8 +87,9 @@ func NewSender(cfg SenderConfig, policy netguard.Policy) *Sender {
 			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		hosts: newHostLimiter(cfg.MaxConnsPerHost, cfg.HostQueueWait),
-		ua:    cfg.UserAgent,
+		hosts:  newHostLimiter(cfg.MaxConnsPerHost, cfg.HostQueueWait),
+		ua:     cfg.UserAgent,
+		tracer: cfg.Tracer,
 	}
 }
 
@@ -98,6 +105,10 @@ type Request struct {
 	Body    []byte
 	Header  http.Header
 	Timeout time.Duration
+	// Propagate sends the request's trace context (traceparent and
+	// tracestate, naming its client span) when tracing is on, so that the
+	// endpoint's own tracing continues the trace.
+	Propagate bool
 }
 
 // Response is what an attempt produced. Category is empty on a 2xx.
@@ -109,6 +120,8 @@ type Response struct {
 	Header     map[string]string
 	BodySample string
 	RetryAfter time.Duration
+	// proto is the answer's protocol ("HTTP/1.1"), for the client span.
+	proto string
 }
 
 // Outcome is the retry package's view of the response.
@@ -122,7 +135,8 @@ func (r Response) Outcome() retry.Outcome {
 var errHostBusy = errors.New("endpoint host at its concurrent request limit")
 
 // Send performs one attempt. It returns errHostBusy, without sending, when
-// the endpoint's host is at its concurrency limit.
+// the endpoint's host is at its concurrency limit. With tracing on, the
+// request is a client span, a child of the span in ctx.
 func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 	host := hostKey(r.URL)
 	token := s.hosts.acquire(ctx, host)
@@ -131,6 +145,8 @@ func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 	}
 	defer s.hosts.release(host, token)
 
+	ctx, span := s.tracer.Start(ctx, http.MethodPost, trace.SpanKindClient)
+	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
@@ -139,6 +155,18 @@ func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 	}
 	req.Header = r.Header
 	req.Header.Set("User-Agent", s.ua)
+	if r.Propagate && s.tracer.On() {
+		tracing.ParentOf(ctx).SetHeader(req.Header)
+	}
+	out := s.do(ctx, req)
+	if span.IsRecording() {
+		describeRequest(span, req, len(r.Body), out)
+	}
+	return out, nil
+}
+
+// do sends req and reads what is kept of the answer.
+func (s *Sender) do(ctx context.Context, req *http.Request) Response {
 	var reached atomic.Bool
 	start := time.Now()
 	res, err := s.client.Do(endpoint.TraceReached(req, &reached))
@@ -147,7 +175,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 		if reached.Load() && unreadable(out.Category, err) {
 			out.Category, out.Error = retry.ServerError, unreadableResponse+sanitize(endpoint.Cause(err))
 		}
-		return out, nil
+		return out
 	}
 	sample, readErr := io.ReadAll(io.LimitReader(res.Body, SampleBytes))
 	_ = res.Body.Close() // never read past the sample
@@ -156,6 +184,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 		Duration:   time.Since(start),
 		Header:     keepHeaders(res.Header),
 		BodySample: sanitize(string(sample)),
+		proto:      res.Proto,
 	}
 	if readErr != nil && ctx.Err() != nil {
 		out.Error = "reading response: " + readErr.Error()
@@ -169,7 +198,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (Response, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // classify names the failure of a request that got no response.

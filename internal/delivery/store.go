@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/secret"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -54,6 +55,12 @@ type job struct {
 	// Verification is the webhook's endpoint verification state, empty
 	// when none is asked for.
 	Verification string
+	// Trace is the trace context of the event's publish, which every
+	// attempt continues (zero when the event was published untraced), and
+	// Propagate says whether the endpoint receives it (the webhook's
+	// trace_propagation).
+	Trace     tracing.Parent
+	Propagate bool
 }
 
 // store is the worker's SQL.
@@ -82,7 +89,7 @@ const loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.nex
     w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
     t.rate_limit_rpm, t.rate_limit_burst,
     c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id,
-    coalesce(w.verification->>'state', '')
+    coalesce(w.verification->>'state', ''), coalesce(e.traceparent, ''), coalesce(e.tracestate, ''), w.trace_propagation
 FROM deliveries d
 JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id
@@ -133,7 +140,8 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 			&j.EventType, &j.Source, &j.IdemKey, &j.Data, &j.EventTime, &j.CorrelationID,
 			&j.URL, &sealed, &prev, &prevUntil, &retryRaw, &headersRaw, &j.Active, &j.Deleted,
 			&breakerRaw, &rateRaw, &j.TenantLimit.RequestsPerMinute, &j.TenantLimit.Burst,
-			&cState, &cUpdated, &forced, &forcedUntil, &j.OrderKey, &j.EventID, &hookID, &j.Verification); err != nil {
+			&cState, &cUpdated, &forced, &forcedUntil, &j.OrderKey, &j.EventID, &hookID, &j.Verification,
+			&j.Trace.TraceParent, &j.Trace.TraceState, &j.Propagate); err != nil {
 			return nil, fmt.Errorf("scan delivery: %w", err)
 		}
 		if cState != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/db"
@@ -18,6 +19,7 @@ import (
 	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/supervisor"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -37,6 +39,10 @@ const (
 	headerInternalSince   = "x-internal-since"
 	// HeaderDeadReason says why a message went to the dead-letter queue.
 	HeaderDeadReason = "x-dead-reason"
+	// HeaderTraceParent and HeaderTraceState carry the trace context of
+	// the attempt that exhausted a delivery to the dead-letter queue.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
 )
 
 const (
@@ -68,6 +74,8 @@ type Worker struct {
 	log   *slog.Logger
 	now   func() time.Time
 	rnd   func() float64
+	// tracer makes each attempt a span; the zero Tracer: tracing off.
+	tracer tracing.Tracer
 }
 
 // NewWorker returns a worker. guard may be nil: no circuit breaker and no
@@ -87,6 +95,13 @@ func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, 
 // schedule.Gate). Call it before Serve.
 func (w *Worker) WithGate(g *schedule.Gate) *Worker {
 	w.gate = g
+	return w
+}
+
+// WithTracer makes every attempt a span of the trace of its event's
+// publish (see trace.go). Call it before Serve.
+func (w *Worker) WithTracer(t tracing.Tracer) *Worker {
+	w.tracer = t
 	return w
 }
 
@@ -198,6 +213,8 @@ func (w *Worker) handle(ctx context.Context, t wire.Task, headers amqp.Table) qu
 		return queue.Ack // finished, or this attempt is recorded already: a duplicate message
 	}
 	t.Attempt = j.AttemptCount + 1
+	ctx, span := w.startAttempt(ctx, t, j)
+	defer span.End()
 	if j.OrderKey != "" {
 		parked, err := waitYourTurn(ctx, w.store.pool, j.OrderKey, j.EventID, t.DeliveryID)
 		if err != nil {
@@ -205,6 +222,7 @@ func (w *Worker) handle(ctx context.Context, t wire.Task, headers amqp.Table) qu
 		}
 		if parked {
 			metrics.OrderedParked.Inc()
+			tracePostponed(span, schedule.Order, time.Time{})
 			return queue.Ack // released by the worker that finishes the one before
 		}
 	}
@@ -227,8 +245,10 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 	policy := policyOf(j.Retry)
 	now := w.now()
 	probe := false
+	span := trace.SpanFromContext(ctx)
 	if w.guard != nil {
 		adm := w.guard.admit(ctx, t, j, now, reservedFor(headers, now))
+		traceAdmission(span, adm)
 		if !adm.allowed {
 			return w.deferTo(ctx, log, t, headers, adm.reason, adm.until, adm.reserved)
 		}
@@ -238,7 +258,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 	if err != nil {
 		return w.putBack(ctx, log, t, headers, "build", err)
 	}
-	res, err := w.sender.Send(ctx, Request{URL: j.URL, Body: body, Header: h, Timeout: policy.AttemptTimeout(t.Attempt)})
+	res, err := w.sender.Send(ctx, Request{URL: j.URL, Body: body, Header: h, Timeout: policy.AttemptTimeout(t.Attempt),
+		Propagate: j.Propagate})
 	answered := w.now() // backoff and Retry-After count from the endpoint's answer
 	if errors.Is(err, errHostBusy) || ctx.Err() != nil {
 		if probe {
@@ -285,7 +306,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 	if err != nil {
 		return w.putBack(ctx, log, t, headers, "record", err)
 	}
-	w.observe(log, t, j, rec, decision)
+	w.observe(ctx, log, t, j, rec, decision)
 	if !recorded {
 		return queue.Ack
 	}
@@ -309,6 +330,7 @@ func (w *Worker) cancel(ctx context.Context, log *slog.Logger, t wire.Task, j jo
 	if err := w.store.cancel(ctx, t.DeliveryID, reason); err != nil {
 		return w.putBack(ctx, log, t, headers, "cancel", err)
 	}
+	traceCancelled(trace.SpanFromContext(ctx), reason)
 	if j.OrderKey != "" {
 		w.release(ctx, log, j.OrderKey)
 	}
@@ -331,22 +353,29 @@ func (w *Worker) scheduleRetry(ctx context.Context, log *slog.Logger, t wire.Tas
 // is due; if only the mark fails, the relay may send it twice.
 func (w *Worker) enqueue(ctx context.Context, log *slog.Logger, t wire.Task, due time.Time) {
 	if err := w.pub.Publish(ctx, t.Message(due)); err != nil {
-		log.Warn("next attempt not enqueued; the outbox relay will", "next_delivery_id", t.DeliveryID.String(), "error", err)
+		log.WarnContext(ctx, "next attempt not enqueued; the outbox relay will", "next_delivery_id", t.DeliveryID.String(), "error", err)
 		return
 	}
 	if err := w.store.markScheduled(ctx, t.DeliveryID, t.Attempt-1); err != nil {
-		log.Warn("next attempt enqueued but not marked; the relay may send it twice", "next_delivery_id", t.DeliveryID.String(), "error", err)
+		log.WarnContext(ctx, "next attempt enqueued but not marked; the relay may send it twice", "next_delivery_id", t.DeliveryID.String(), "error", err)
 	}
 }
 
 // deadLetter tells the dlq process about an exhausted delivery. The
 // delivery is already exhausted in Postgres; if this fails the dlq
-// process's sweep finds it.
+// process's sweep finds it. The message carries the attempt's trace
+// context, which the dlq's span of recording it continues.
 func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t wire.Task, reason string) {
 	m := t.Message(time.Time{})
 	m.Headers = amqp.Table{HeaderDeadReason: "exhausted: " + reason}
+	if p := tracing.ParentOf(ctx); p.TraceParent != "" {
+		m.Headers[HeaderTraceParent] = p.TraceParent
+		if p.TraceState != "" {
+			m.Headers[HeaderTraceState] = p.TraceState
+		}
+	}
 	if err := w.pub.PublishDead(context.WithoutCancel(ctx), m); err != nil {
-		log.Warn("exhausted delivery not sent to the dead-letter queue; the dlq sweep will record it", "error", err)
+		log.WarnContext(ctx, "exhausted delivery not sent to the dead-letter queue; the dlq sweep will record it", "error", err)
 	}
 }
 
@@ -359,6 +388,7 @@ func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, t wire.Task, 
 func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, headers amqp.Table, reason schedule.Reason, until time.Time, reserved bool) queue.Disposition {
 	ctx = context.WithoutCancel(ctx)
 	metrics.DeliveriesPostponed.WithLabelValues(string(reason)).Inc()
+	tracePostponed(trace.SpanFromContext(ctx), reason, until)
 	if until.IsZero() || until.Sub(w.now()) >= schedule.ParkAfter {
 		p := schedule.Parking{DeliveryID: t.DeliveryID, Attempt: t.Attempt, Reason: reason}
 		if !until.IsZero() {
@@ -369,7 +399,7 @@ func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, hea
 			metrics.DeliveriesParked.WithLabelValues(string(reason)).Inc()
 			return queue.Ack // parked, or the delivery has moved on: this message is done with
 		}
-		log.Warn("delivery not parked; deferred through the delay queues", "reason", string(reason), "error", err)
+		log.WarnContext(ctx, "delivery not parked; deferred through the delay queues", "reason", string(reason), "error", err)
 		if until.IsZero() {
 			until = w.now().Add(inactiveDelay)
 		}
@@ -384,7 +414,7 @@ func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, hea
 		m.Headers[schedule.HeaderReservedAt] = until.UnixMilli()
 	}
 	if err := w.pub.Publish(ctx, m); err != nil {
-		log.Warn("deferral not published; message returned", "reason", string(reason), "error", err)
+		log.WarnContext(ctx, "deferral not published; message returned", "reason", string(reason), "error", err)
 		return queue.Requeue
 	}
 	metrics.DeliveryRepublishes.WithLabelValues(string(reason)).Inc()
@@ -417,7 +447,8 @@ func (w *Worker) putBack(ctx context.Context, log *slog.Logger, t wire.Task, hea
 	}
 	metrics.InternalWaits.Waiting(t.DeliveryID.String(), since)
 	delay := internalRetryDelay(n)
-	log.Warn("delivery put back after an internal failure (not an attempt)", "stage", stage, "error", cause,
+	tracePutBack(trace.SpanFromContext(ctx), stage, cause)
+	log.WarnContext(ctx, "delivery put back after an internal failure (not an attempt)", "stage", stage, "error", cause,
 		"internal_retries", n, "waiting_for", now.Sub(since).Round(time.Second).String(), "retry_in", delay.String())
 	m := t.Message(now.Add(delay))
 	m.Headers = copyHeaders(headers)
@@ -439,9 +470,10 @@ func internalRetryDelay(n int) time.Duration {
 	return min(d, internalRetryMax)
 }
 
-// observe writes the attempt's metrics, and its log line: a warning for a
-// failed attempt, at debug level for a success.
-func (w *Worker) observe(log *slog.Logger, t wire.Task, j job, rec attemptRecord, d retry.Decision) {
+// observe writes the attempt's metrics, its span's outcome, and its log
+// line: a warning for a failed attempt, at debug level for a success.
+func (w *Worker) observe(ctx context.Context, log *slog.Logger, t wire.Task, j job, rec attemptRecord, d retry.Decision) {
+	traceOutcome(trace.SpanFromContext(ctx), rec, d)
 	res := rec.Response
 	metrics.Deliveries.WithLabelValues(string(rec.Status), string(res.Category)).Inc()
 	outcome := "success"
@@ -458,10 +490,10 @@ func (w *Worker) observe(log *slog.Logger, t wire.Task, j job, rec attemptRecord
 	if d.Succeeded {
 		// One line per success would be most of the log (and a write per
 		// delivery); the attempt history and the metrics have them.
-		log.Debug("delivery attempt", attrs...)
+		log.DebugContext(ctx, "delivery attempt", attrs...)
 		return
 	}
-	log.Warn("delivery attempt", append(attrs, "error", res.Error)...)
+	log.WarnContext(ctx, "delivery attempt", append(attrs, "error", res.Error)...)
 }
 
 func policyOf(c webhook.RetryConfig) retry.Policy {

@@ -23,6 +23,7 @@ func TestWebhookCreateFillsDefaults(t *testing.T) {
 	require.Equal(t, []any{"order.*", "user.created"}, w["events"], "duplicates removed")
 	require.Equal(t, true, w["active"])
 	require.Equal(t, "none", w["ordering_guarantee"])
+	require.Equal(t, true, w["trace_propagation"])
 	require.Equal(t, map[string]any{"max_attempts": 5.0, "base_delay_ms": 1000.0, "max_delay_ms": 300000.0,
 		"backoff_multiplier": 2.0, "timeout_ms": 30000.0, "timeout_growth_factor": 1.5, "schedule_ms": []any{}}, w["retry_config"])
 	require.Equal(t, map[string]any{"enabled": true, "error_threshold_percentage": 60.0, "minimum_throughput": 20.0,
@@ -59,6 +60,7 @@ func TestWebhookCreateKeepsGivenValues(t *testing.T) {
 		"circuit_breaker_config": map[string]any{"enabled": false},
 		"rate_limit":             map[string]any{"requests_per_minute": 600},
 		"ordering_guarantee":     "strict",
+		"trace_propagation":      false,
 		"headers":                map[string]string{"x-team": "payments"},
 		"metadata":               map[string]any{"owner": "ops", "n": 3},
 	})
@@ -72,6 +74,11 @@ func TestWebhookCreateKeepsGivenValues(t *testing.T) {
 	require.Equal(t, false, w["circuit_breaker_config"].(map[string]any)["enabled"])
 	require.Equal(t, map[string]any{"requests_per_minute": 600.0, "burst": 20.0}, w["rate_limit"])
 	require.Equal(t, "strict", w["ordering_guarantee"])
+	require.Equal(t, false, w["trace_propagation"])
+	stored := e.do("GET", "/v1/webhooks/"+w["id"].(string), key, nil)
+	require.Equal(t, false, stored.Body["trace_propagation"], "stored")
+	patched := e.do("PATCH", "/v1/webhooks/"+w["id"].(string), key, map[string]any{"trace_propagation": true})
+	require.Equal(t, true, patched.Body["trace_propagation"])
 	require.Equal(t, map[string]any{"X-Team": "****"}, w["headers"], "header values are credentials: masked")
 	require.Equal(t, map[string]any{"owner": "ops", "n": 3.0}, w["metadata"])
 }

@@ -29,7 +29,8 @@ type Input struct {
 	Metadata             json.RawMessage    `json:"metadata"`
 	// VerifyURL true (re)starts endpoint verification; false stops asking
 	// for it (see Build).
-	VerifyURL *bool `json:"verify_url"`
+	VerifyURL        *bool `json:"verify_url"`
+	TracePropagation *bool `json:"trace_propagation"`
 }
 
 // RetryInput is a partial RetryConfig.
@@ -99,6 +100,7 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 		w.CircuitBreakerConfig = DefaultBreakerConfig()
 		w.RateLimit = r.DefaultRateLimit
 		w.OrderingGuarantee = OrderingNone
+		w.TracePropagation = true
 		w.Headers = map[string]string{}
 		w.Metadata = json.RawMessage(`{}`)
 		if in.URL == nil {
@@ -138,6 +140,9 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 	}
 	if in.Active != nil {
 		w.Active = *in.Active
+	}
+	if in.TracePropagation != nil {
+		w.TracePropagation = *in.TracePropagation
 	}
 	if in.OrderingGuarantee != nil {
 		switch *in.OrderingGuarantee {

@@ -91,6 +91,7 @@ func TestBuildCreateFillsDefaults(t *testing.T) {
 	}, w.CircuitBreakerConfig)
 	require.Equal(t, RateLimit{RequestsPerMinute: 120, Burst: 7}, w.RateLimit)
 	require.Equal(t, OrderingNone, w.OrderingGuarantee)
+	require.True(t, w.TracePropagation)
 	require.Equal(t, Headers{}, w.Headers)
 	require.JSONEq(t, `{}`, string(w.Metadata))
 	require.Empty(t, w.PreviousSecret)
@@ -125,6 +126,7 @@ func TestBuildCreateKeepsGivenValues(t *testing.T) {
 		Headers:           ptr(map[string]string{"x-api-key": "k\tv", "Authorization": "Bearer t"}),
 		Metadata:          json.RawMessage(`{ "team": "ops",  "tags": [1, 2] }`),
 		VerifyURL:         ptr(false),
+		TracePropagation:  ptr(false),
 		RetryConfig:       &RetryInput{MaxAttempts: ptr(9), ScheduleMS: ptr([]int64{0, 500, 60_000})},
 		CircuitBreakerConfig: &BreakerInput{
 			Enabled:       ptr(false),
@@ -140,6 +142,7 @@ func TestBuildCreateKeepsGivenValues(t *testing.T) {
 	require.Equal(t, standardWebhooksSecret, w.Secret)
 	require.False(t, w.Active)
 	require.Equal(t, OrderingStrict, w.OrderingGuarantee)
+	require.False(t, w.TracePropagation)
 	require.Equal(t, Headers{"X-Api-Key": "k\tv", "Authorization": "Bearer t"}, w.Headers)
 	require.Equal(t, `{"team":"ops","tags":[1,2]}`, string(w.Metadata))
 
@@ -558,6 +561,7 @@ func TestBuildPatch(t *testing.T) {
 		{"events", Input{Events: []string{"invoice.*", "invoice.*"}}, func(w *Webhook) { w.Events = []string{"invoice.*"} }},
 		{"active", Input{Active: ptr(false)}, func(w *Webhook) { w.Active = false }},
 		{"ordering", Input{OrderingGuarantee: ptr(OrderingNone)}, func(w *Webhook) { w.OrderingGuarantee = OrderingNone }},
+		{"trace propagation", Input{TracePropagation: ptr(false)}, func(w *Webhook) { w.TracePropagation = false }},
 		{"headers replaced as a whole", Input{Headers: &map[string]string{"x-other": "1"}}, func(w *Webhook) { w.Headers = map[string]string{"X-Other": "1"} }},
 		{"headers cleared", Input{Headers: &map[string]string{}}, func(w *Webhook) { w.Headers = map[string]string{} }},
 		{"metadata replaced", Input{Metadata: json.RawMessage(`{"owner":"dev"}`)}, func(w *Webhook) { w.Metadata = json.RawMessage(`{"owner":"dev"}`) }},

@@ -39,6 +39,10 @@ type Webhook struct {
 	// Verification is the endpoint verification asked for by verify_url;
 	// nil when none was.
 	Verification *Verification `json:"verification"`
+	// TracePropagation sends the trace context of each attempt
+	// (traceparent, tracestate) with the deliveries when tracing is on, so
+	// that the endpoint's tracing continues the trace. Default true.
+	TracePropagation bool `json:"trace_propagation"`
 	CreatedAt    time.Time     `json:"created_at"`
 	UpdatedAt    time.Time     `json:"updated_at"`
 

@@ -61,13 +61,13 @@ func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
 
 const webhookColumns = `id, tenant_id, url, events, active, secret, previous_secret,
 	previous_secret_expires_at, retry_config, circuit_breaker_config, rate_limit,
-	ordering_guarantee, headers, metadata, verification, created_at, updated_at`
+	ordering_guarantee, headers, metadata, verification, created_at, updated_at, trace_propagation`
 
 const (
 	insertWebhookSQL = `INSERT INTO webhooks (id, tenant_id, url, events, active, secret,
 	retry_config, circuit_breaker_config, rate_limit, ordering_guarantee, headers, metadata,
-	verification, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $13, $13)`
+	verification, created_at, updated_at, trace_propagation)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $13, $13, $15)`
 
 	getWebhookSQL = `SELECT ` + webhookColumns + ` FROM webhooks
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -88,7 +88,7 @@ const (
 	// so that no delivery goes to a new url before it is verified.
 	updateWebhookSQL = `UPDATE webhooks SET url = $3, events = $4, active = $5,
 	retry_config = $6, circuit_breaker_config = $7, rate_limit = $8,
-	ordering_guarantee = $9, headers = $10, metadata = $11,
+	ordering_guarantee = $9, headers = $10, metadata = $11, trace_propagation = $14,
 	verification = CASE WHEN $12 THEN $13::jsonb ELSE verification END, updated_at = now()
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
 RETURNING updated_at, verification`
@@ -142,7 +142,7 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 		}
 		_, err := tx.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 			sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
-			[]byte(w.Metadata), w.CreatedAt, args.verification)
+			[]byte(w.Metadata), w.CreatedAt, args.verification, w.TracePropagation)
 		if err != nil {
 			return fmt.Errorf("insert webhook: %w", err)
 		}
@@ -264,7 +264,7 @@ func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, e
 	var stored []byte
 	err = q.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 		args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers, []byte(w.Metadata),
-		restart, args.verification,
+		restart, args.verification, w.TracePropagation,
 	).Scan(&w.UpdatedAt, &stored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Webhook{}, ErrNotFound
@@ -409,7 +409,7 @@ func scanWebhook(row pgx.Row) (Webhook, error) {
 	var retry, breaker, rate, headers, metadata, verification []byte
 	err := row.Scan(&w.ID, &w.TenantID, &w.URL, &w.Events, &w.Active, &w.Secret, &prev,
 		&w.PreviousSecretExpiresAt, &retry, &breaker, &rate, &w.OrderingGuarantee,
-		&headers, &metadata, &verification, &w.CreatedAt, &w.UpdatedAt)
+		&headers, &metadata, &verification, &w.CreatedAt, &w.UpdatedAt, &w.TracePropagation)
 	if err != nil {
 		return Webhook{}, err
 	}
