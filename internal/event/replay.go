@@ -31,7 +31,7 @@ var (
 const (
 	replaySourceSQL = `SELECT data IS NULL, coalesce(traceparent, ''), coalesce(tracestate, '')
 FROM events WHERE id = $1 AND tenant_id = $2`
-	replayHookSQL   = `SELECT active FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
+	replayHookSQL = `SELECT active FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
 	// replaySQL copies the event under a fresh idempotency key, linked by
 	// replay_of, and fans it out to the tenant's matching active webhooks,
 	// or to the one webhook named.

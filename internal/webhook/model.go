@@ -42,9 +42,9 @@ type Webhook struct {
 	// TracePropagation sends the trace context of each attempt
 	// (traceparent, tracestate) with the deliveries when tracing is on, so
 	// that the endpoint's tracing continues the trace. Default true.
-	TracePropagation bool `json:"trace_propagation"`
-	CreatedAt    time.Time     `json:"created_at"`
-	UpdatedAt    time.Time     `json:"updated_at"`
+	TracePropagation bool      `json:"trace_propagation"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
 
 	Secret                  string     `json:"-"`
 	PreviousSecret          string     `json:"-"`
