@@ -79,10 +79,10 @@ if [ "${#packages[@]}" -gt 0 ]; then
     cmd="${sudo}apt-get install -y --no-install-recommends ${packages[*]}"
     [ -f /etc/debian_version ] || cmd="$cmd (or your system's packages for them)"
     if [ "${#needed[@]}" -gt 0 ]; then
-      log "${missing[*]}: not installed; run: $cmd"
+      log "missing ${missing[*]}; install with: $cmd"
       exit 1
     fi
-    log "${optional[*]}: not installed, the tests that need them will skip; run: $cmd"
+    log "missing ${optional[*]} (the tests that need them skip); install with: $cmd"
   fi
 fi
 
