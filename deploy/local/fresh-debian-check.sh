@@ -188,6 +188,18 @@ in_chroot() {
     bash -c "cd /root/hookline && $1"
 }
 in_ns() { ip netns exec "$ns" "$@"; }
+# stamp: each line prefixed with the seconds since it started (Ctrl-C is
+# for the command, not for its log).
+stamp() {
+  trap '' INT
+  local start=$SECONDS line
+  while IFS= read -r line; do printf '%5d %s\n' $((SECONDS - start)) "$line"; done
+}
+# steps LOG: when each step began, by the lines make and services.sh print.
+steps() {
+  grep -E '^ *[0-9]+ (services: |hookline is starting|stopping api|bash deploy/local/|go (vet|test|build) |installing golangci|bin/tools/golangci-lint run|[0-9]+ issues|make: \*\*\*)' "$1" |
+    sed -E 's/^ *([0-9]+) /    at \1s: /' >&2 || true
+}
 
 say "fresh Debian $(cat "$root/etc/debian_version"), commit $commit; logs in $logs"
 in_chroot 'for p in psql pg_ctlcluster redis-server rabbitmq-server chromium promtool gcc jq go; do
@@ -196,8 +208,8 @@ in_chroot 'for p in psql pg_ctlcluster redis-server rabbitmq-server chromium pro
 # --- make run --------------------------------------------------------------
 say "make run (log: $logs/make-run.log)"
 t=$(now)
-setsid bash -c "echo \$\$ >$logs/make-run.pgid; $(declare -f in_chroot); ns=$ns root=$root goproxy=$goproxy; in_chroot 'exec make run'" \
-  >"$logs/make-run.log" 2>&1 </dev/null &
+setsid bash -c "echo \$\$ >$logs/make-run.pgid; $(declare -f in_chroot stamp); ns=$ns root=$root goproxy=$goproxy
+  in_chroot 'exec make run' 2>&1 | stamp" >"$logs/make-run.log" 2>&1 </dev/null &
 run_pid=$!
 for _ in $(seq 50); do [ -s "$logs/make-run.pgid" ] && break; sleep 0.1; done
 run_pgid=$(cat "$logs/make-run.pgid")
@@ -223,17 +235,19 @@ else
   say "make run: FAILED after ${run_secs}s; its last lines:"
   tail -n 30 "$logs/make-run.log" >&2
 fi
+steps "$logs/make-run.log"
 
 # --- make test -------------------------------------------------------------
 test_cmd=${FRESH_TEST_CMD:-make test}
 say "$test_cmd (log: $logs/make-test.log)"
 t=$(now)
 set +e
-in_chroot "$test_cmd" >"$logs/make-test.log" 2>&1 </dev/null
-test_rc=$?
+in_chroot "$test_cmd" 2>&1 </dev/null | stamp >"$logs/make-test.log"
+test_rc=${PIPESTATUS[0]}
 set -e
 test_secs=$(($(now) - t))
-grep -E '^(ok|FAIL|---|panic:|make: \*\*\*|services: )' "$logs/make-test.log" | grep -vE '^--- (PASS|SKIP)' >&2 || true
+steps "$logs/make-test.log"
+grep -E '^ *[0-9]+ (ok|FAIL|---|panic:)' "$logs/make-test.log" | grep -vE '^ *[0-9]+ --- (PASS|SKIP)' >&2 || true
 [ "$test_rc" = 0 ] || { echo "  last lines:" >&2; tail -n 40 "$logs/make-test.log" >&2; }
 
 # --- services again, all up: should be quick -------------------------------
