@@ -4,6 +4,8 @@
 # Ctrl-C (or SIGTERM) stops all three gracefully.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Go's own installer puts it in /usr/local/go/bin, not always on PATH.
+command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
 
 bash deploy/local/services.sh
 mkdir -p bin
