@@ -98,7 +98,7 @@ if [ "$installed_pg" = 1 ]; then
   cat "$hba.new" >"$hba" # keeps the file's owner and mode
   rm -f "$hba.new"
   # Started by the package (systemd machines): read the new rules.
-  if port_open 5432; then pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main reload; fi
+  if port_open 5432; then pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main reload || true; fi
 fi
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
