@@ -55,7 +55,8 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	// dispatcher enqueues them after their commit (the api's outbox relay
 	// covers a crash in between).
 	dispatcher := outbox.NewDispatcher(deps.PG, pub, log)
-	recorder := dlq.NewRecorder(deps.PG, dispatcher, log)
+	tracer := deps.Tracing.Tracer()
+	recorder := dlq.NewRecorder(deps.PG, dispatcher, log).WithTracer(tracer)
 	consumer := queue.NewConsumer(deps.AMQP, topo, pub, queue.ConsumerConfig{
 		Queues:      []string{topo.DeadQueue()},
 		Prefetch:    32,
@@ -66,6 +67,7 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	partitions := func(ctx context.Context) error { return db.RunPartitioner(ctx, deps.PG, log) }
 	batches := dlq.NewRunner(deps.PG, dispatcher, log, cfg.DLQ.BatchConcurrency, cfg.DLQ.BatchClaimTimeout.D())
 	batches.ConcurrencyPerTenant = cfg.DLQ.BatchConcurrencyPerTenant
+	batches.Tracer = tracer
 	// The dispatcher stops after everything that creates deliveries.
 	return []process.Part{
 		{Name: "outbox dispatcher", Run: dispatcher.Run},

@@ -12,10 +12,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/supervisor"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -34,6 +37,10 @@ type Runner struct {
 	pool     *pgxpool.Pool
 	dispatch dispatcher
 	log      *slog.Logger
+	// Tracer makes each chunk a span, linked to the traces of the events
+	// it retries (whose attempts the retries continue); the zero Tracer:
+	// none.
+	Tracer tracing.Tracer
 	// ID names this process in claimed_by.
 	ID string
 	// Concurrency is how many batches this process runs at once.
@@ -116,7 +123,7 @@ func (r *Runner) run(ctx context.Context, c claim) {
 	paced := 0
 	start := time.Now()
 	for {
-		n, more, err := r.chunk(ctx, &c, chunk)
+		n, more, err := r.tracedChunk(ctx, &c, chunk)
 		if err != nil {
 			r.stop(ctx, log, err)
 			return
@@ -195,7 +202,7 @@ const heartbeatSQL = `UPDATE batch_operations SET heartbeat_at = now()
 WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
 
 const chunkSQL = `SELECT d.id, d.event_id, d.webhook_id, e.correlation_id,
-    w.active AND w.deleted_at IS NULL AND e.data IS NOT NULL
+    w.active AND w.deleted_at IS NULL AND e.data IS NOT NULL, coalesce(e.traceparent, ''), coalesce(e.tracestate, '')
 FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
 WHERE ` + setWhere + `
   AND d.id <= @upto AND (@after::uuid IS NULL OR d.id > @after::uuid)
@@ -219,6 +226,19 @@ WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
 const finishEnqueueSQL = `UPDATE batch_operations SET enqueued_all_at = now(), total = greatest(total, processed + skipped),
     skipped = greatest(total, processed + skipped) - processed, heartbeat_at = now()
 WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
+
+// tracedChunk is chunk as a span of its own.
+func (r *Runner) tracedChunk(ctx context.Context, c *claim, limit int) (int, bool, error) {
+	ctx, span := r.Tracer.Start(ctx, "hookline.batch_retry", trace.SpanKindInternal)
+	defer span.End()
+	n, more, err := r.chunk(ctx, c, limit)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.TenantID.String(c.tenantID.String()), attribute.String("hookline.batch_operation_id", c.id.String()),
+			attribute.Int("hookline.deliveries", n))
+		tracing.Fail(span, err)
+	}
+	return n, more, err
+}
 
 // chunk gives up to limit deliveries of the batch their retries in one
 // transaction, with the checkpoint, and enqueues them after the commit. It
@@ -248,10 +268,11 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		id, event, webhook uuid.UUID
 		corr               string
 		deliverable        bool
+		origin             tracing.Parent
 	}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
 		var k cand
-		return k, row.Scan(&k.id, &k.event, &k.webhook, &k.corr, &k.deliverable)
+		return k, row.Scan(&k.id, &k.event, &k.webhook, &k.corr, &k.deliverable, &k.origin.TraceParent, &k.origin.TraceState)
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("select chunk: %w", err)
@@ -268,6 +289,7 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		if k.deliverable {
 			events, hooks, origs = append(events, k.event), append(hooks, k.webhook), append(origs, k.id)
 			corr[k.event] = k.corr
+			tracing.LinkFrom(ctx, k.origin)
 		}
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)

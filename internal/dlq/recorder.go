@@ -15,11 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/notify"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -28,12 +31,22 @@ type Recorder struct {
 	pool     *pgxpool.Pool
 	dispatch dispatcher
 	log      *slog.Logger
+	tracer   tracing.Tracer
 }
 
 // NewRecorder returns a recorder; d enqueues the deliveries of the owner
 // notifications it records.
 func NewRecorder(pool *pgxpool.Pool, d dispatcher, log *slog.Logger) *Recorder {
 	return &Recorder{pool: pool, dispatch: d, log: log}
+}
+
+// WithTracer makes recording each dead letter a span: a child of the
+// attempt that exhausted the delivery (whose trace context the worker's
+// message carries), or, for a poison message, a trace of its own linked
+// to the event's publish.
+func (r *Recorder) WithTracer(t tracing.Tracer) *Recorder {
+	r.tracer = t
+	return r
 }
 
 // recordSQL marks a dead-lettered delivery. One a worker exhausted is
@@ -54,7 +67,7 @@ UPDATE deliveries d SET
     updated_at = now()
 FROM prev, events e
 WHERE d.id = prev.id AND e.id = d.event_id
-RETURNING prev.fresh, ` + exhaustedColumns
+RETURNING prev.fresh, coalesce(e.traceparent, ''), coalesce(e.tracestate, ''), ` + exhaustedColumns
 
 // exhaustedColumns describe an exhausted delivery d of event e for its
 // owner notification.
@@ -106,9 +119,12 @@ func (r *Recorder) Handle(ctx context.Context, d amqp.Delivery) queue.Dispositio
 		return queue.Ack
 	}
 	reason, kind := deadReason(d)
+	ctx, span := r.startSpan(ctx, d, t, kind)
+	defer span.End()
 	found, tasks, err := r.record(ctx, t.DeliveryID, reason)
 	if err != nil {
-		r.log.Warn("dead letter not recorded yet; retrying", "delivery_id", t.DeliveryID.String(), "error", err)
+		tracing.Fail(span, err)
+		r.log.WarnContext(ctx, "dead letter not recorded yet; retrying", "delivery_id", t.DeliveryID.String(), "error", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(retryDelay):
@@ -120,7 +136,7 @@ func (r *Recorder) Handle(ctx context.Context, d amqp.Delivery) queue.Dispositio
 	}
 	r.dispatch.Enqueue(tasks...)
 	metrics.DeadLettered.WithLabelValues(kind).Inc()
-	r.log.Info("dead letter recorded", "delivery_id", t.DeliveryID.String(), "tenant_id", t.TenantID.String(),
+	r.log.InfoContext(ctx, "dead letter recorded", "delivery_id", t.DeliveryID.String(), "tenant_id", t.TenantID.String(),
 		"webhook_id", t.WebhookID.String(), "event_id", t.EventID.String(), "reason", reason)
 	return queue.Ack
 }
@@ -135,12 +151,18 @@ func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (boo
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	var fresh bool
 	var x exhausted
-	err = tx.QueryRow(ctx, recordSQL, id, reason).Scan(append([]any{&fresh}, x.fields()...)...)
+	var origin tracing.Parent
+	err = tx.QueryRow(ctx, recordSQL, id, reason).Scan(append([]any{&fresh, &origin.TraceParent, &origin.TraceState}, x.fields()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil, nil
 	}
 	if err != nil {
 		return false, nil, err
+	}
+	// A poison message carries no trace context: its span links to the
+	// event's publish instead.
+	if !sameTrace(ctx, origin) {
+		tracing.LinkFrom(ctx, origin)
 	}
 	var tasks []wire.Task
 	if fresh {
@@ -149,6 +171,28 @@ func (r *Recorder) record(ctx context.Context, id uuid.UUID, reason string) (boo
 		}
 	}
 	return true, tasks, tx.Commit(ctx)
+}
+
+// startSpan starts the span of recording dead letter d (of task t).
+func (r *Recorder) startSpan(ctx context.Context, d amqp.Delivery, t wire.Task, kind string) (context.Context, trace.Span) {
+	if !r.tracer.On() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	parent := tracing.Parent{}
+	parent.TraceParent, _ = d.Headers[delivery.HeaderTraceParent].(string)
+	parent.TraceState, _ = d.Headers[delivery.HeaderTraceState].(string)
+	ctx, span := r.tracer.Start(parent.Context(ctx), "hookline.dead_letter", trace.SpanKindConsumer)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.TenantID.String(t.TenantID.String()), tracing.WebhookID.String(t.WebhookID.String()),
+			tracing.EventID.String(t.EventID.String()), tracing.DeliveryID.String(t.DeliveryID.String()),
+			attribute.String("hookline.dead_letter_kind", kind))
+	}
+	return ctx, span
+}
+
+// sameTrace reports whether the span in ctx belongs to p's trace.
+func sameTrace(ctx context.Context, p tracing.Parent) bool {
+	return trace.SpanContextFromContext(ctx).TraceID() == p.SpanContext().TraceID()
 }
 
 // deadReason tells an exhausted delivery (sent by a worker) from a poison

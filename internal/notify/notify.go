@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -85,8 +86,9 @@ var subscribedSQL = `EXISTS (SELECT 1 FROM unnest(w.events) AS f
 // the returned tasks, or the outbox relay does a few seconds later.
 var recordSQL = `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data,
-                        correlation_id, created_at)
-    VALUES ($1, $2, $3, '` + Source + `', $4, sha256(convert_to($4, 'UTF8')), 'high', $5, $8, $6)
+                        correlation_id, created_at, traceparent, tracestate)
+    VALUES ($1, $2, $3, '` + Source + `', $4, sha256(convert_to($4, 'UTF8')), 'high', $5, $8, $6,
+            nullif($9, ''), nullif($10, ''))
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, tenant_id, event_type, created_at
 ), ins AS (
@@ -99,7 +101,9 @@ var recordSQL = `WITH ev AS (
 SELECT ins.id, ins.webhook_id FROM ev LEFT JOIN ins ON true`
 
 // Record stores n with one delivery per subscribed webhook (other than the
-// one it is about) and returns their outbox tasks.
+// one it is about) and returns their outbox tasks. With tracing on, the
+// notification's deliveries continue the trace of the span in ctx (the
+// attempt that opened the circuit, the recording of the dead letter).
 func Record(ctx context.Context, q Querier, n Notification) ([]wire.Task, error) {
 	data, err := json.Marshal(n.Data)
 	if err != nil {
@@ -107,7 +111,9 @@ func Record(ctx context.Context, q Querier, n Notification) ([]wire.Task, error)
 	}
 	id := uuid.Must(uuid.NewV7())
 	at := n.At.UTC().Truncate(time.Microsecond)
-	rows, err := q.Query(ctx, recordSQL, id, n.TenantID, n.Type, n.Key, data, at, n.About, id.String())
+	parent := tracing.ParentOf(ctx)
+	rows, err := q.Query(ctx, recordSQL, id, n.TenantID, n.Type, n.Key, data, at, n.About, id.String(),
+		parent.TraceParent, parent.TraceState)
 	if err != nil {
 		return nil, fmt.Errorf("record %s notification: %w", n.Type, err)
 	}
