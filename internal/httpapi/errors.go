@@ -47,7 +47,7 @@ func abort(c *gin.Context, err error) {
 	case errors.As(err, &fe):
 		ae = &apiError{Status: http.StatusBadRequest, Code: "invalid_request", Message: fe.Error(), Field: fe.Field}
 	default:
-		logger(c).Error("request failed", "method", c.Request.Method, "route", c.FullPath(), "error", err)
+		logger(c).ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method, "route", c.FullPath(), "error", err)
 		ae = newError(http.StatusInternalServerError, "internal_error", "an internal error occurred; it has been logged")
 	}
 	c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
