@@ -34,6 +34,7 @@ import (
 	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/supervisor/supervisortest"
 	"github.com/hookline/hookline/internal/testproxy"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 // AdminToken authorises the tenant routes of a started system.
@@ -63,6 +64,9 @@ type Options struct {
 	WorkerRedis string
 	// Log receives every part's logs; discarded when nil.
 	Log *slog.Logger
+	// Tracer traces the api, the worker and the dlq parts, as processes
+	// with tracing on do; the zero Tracer: tracing off.
+	Tracer tracing.Tracer
 }
 
 // System is a running system.
@@ -100,9 +104,10 @@ func Start(t testing.TB, o Options) *System {
 	s.openPools(o.Roles)
 	conn := queue.NewConn(queuetest.URL(), o.Log)
 	s.buildAPI(conn, o.Log)
+	s.Stack.WithTracer(o.Tracer)
 	parts := append([]supervisor.Part{{Name: "rabbitmq", Run: conn.Run}}, s.Stack.Parts()...)
 	if o.Workers > 0 {
-		parts = append(parts, s.dlqParts(conn, o.Log)...)
+		parts = append(parts, s.dlqParts(conn, o.Log, o.Tracer)...)
 		parts = append(parts, s.workerParts(conn, o)...)
 	}
 	supervisortest.Start(t, o.Log, parts...)

@@ -13,6 +13,7 @@ import (
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/supervisor"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 // workerParts are the worker process's parts: the delivery worker and its
@@ -22,11 +23,11 @@ func (s *System) workerParts(conn *queue.Conn, o Options) []supervisor.Part {
 	if o.WorkerRedis != "" {
 		rdb = redisClient(s.t, o.WorkerRedis)
 	}
-	sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 2 * time.Second, MaxConnsPerHost: 5, UserAgent: delivery.UserAgent},
-		netguard.Policy{AllowPrivate: !o.BlockPrivate})
+	sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 2 * time.Second, MaxConnsPerHost: 5, UserAgent: delivery.UserAgent,
+		Tracer: o.Tracer}, netguard.Policy{AllowPrivate: !o.BlockPrivate})
 	guard := delivery.NewGuard(breaker.New(rdb, s.RedisPrefix), ratelimit.New(rdb, s.RedisPrefix), s.WorkerPool, o.Log)
 	pub := s.Stack.Publisher
-	worker := delivery.NewWorker(s.WorkerPool, sender, guard, pub, o.Log)
+	worker := delivery.NewWorker(s.WorkerPool, sender, guard, pub, o.Log).WithTracer(o.Tracer)
 	handlers := o.Workers
 	if o.SharedSlots {
 		worker.WithGate(schedule.NewGate(schedule.GateConfig{Slots: o.Workers, Wait: 50 * time.Millisecond}))
@@ -40,7 +41,7 @@ func (s *System) workerParts(conn *queue.Conn, o Options) []supervisor.Part {
 // dlqParts are the dlq process's parts that tests need: the dead-letter
 // recorder and the batch runner; with Options.Roles, with an outbox
 // dispatcher of their own on their role's pool.
-func (s *System) dlqParts(conn *queue.Conn, log *slog.Logger) []supervisor.Part {
+func (s *System) dlqParts(conn *queue.Conn, log *slog.Logger, tracer tracing.Tracer) []supervisor.Part {
 	var parts []supervisor.Part
 	dispatcher := s.Stack.Dispatcher
 	if s.DLQPool != s.APIPool {
@@ -48,9 +49,9 @@ func (s *System) dlqParts(conn *queue.Conn, log *slog.Logger) []supervisor.Part 
 		parts = append(parts, supervisor.Part{Name: "dlq outbox dispatcher", Run: dispatcher.Run})
 	}
 	recorder := queue.NewConsumer(conn, s.Topology, s.Stack.Publisher, queue.ConsumerConfig{Queues: []string{s.Topology.DeadQueue()},
-		Prefetch: 8, Concurrency: 2, Grace: time.Second}, dlq.NewRecorder(s.DLQPool, dispatcher, log).Handle)
+		Prefetch: 8, Concurrency: 2, Grace: time.Second}, dlq.NewRecorder(s.DLQPool, dispatcher, log).WithTracer(tracer).Handle)
 	batches := dlq.NewRunner(s.DLQPool, dispatcher, log, 2, 2*time.Second)
-	batches.Poll = 100 * time.Millisecond
+	batches.Poll, batches.Tracer = 100*time.Millisecond, tracer
 	return append(parts,
 		supervisor.Part{Name: "dead-letter consumer", Run: recorder.Run},
 		supervisor.Part{Name: "batch runner", Run: batches.Run})
