@@ -30,10 +30,6 @@ type historyFilter struct {
 	Limit     int
 }
 
-// idSlack widens the id bounds derived from a time filter: delivery ids are
-// UUIDv7 taken at insert time, close to but not exactly created_at.
-const idSlack = time.Hour
-
 // historySQL builds the newest-first page query. It walks
 // deliveries_webhook_idx (webhook_id, id) backwards from the cursor; a time
 // filter also bounds the id range, so that the walk stops at its edge. The
@@ -55,11 +51,11 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 	}
 	if f.From != nil {
 		where = append(where, "d.created_at >= @from", "d.id >= @from_id")
-		args["from"], args["from_id"] = *f.From, idAt(f.From.Add(-idSlack))
+		args["from"], args["from_id"] = *f.From, history.IDAt(f.From.Add(-history.IDSlack))
 	}
 	if f.To != nil {
 		where = append(where, "d.created_at < @to", "d.id < @to_id")
-		args["to"], args["to_id"] = *f.To, idAt(f.To.Add(idSlack))
+		args["to"], args["to_id"] = *f.To, history.IDAt(f.To.Add(history.IDSlack))
 	}
 	sql := `SELECT ` + historyColumns + `
 FROM deliveries d JOIN events e ON e.id = d.event_id
@@ -67,18 +63,6 @@ WHERE ` + strings.Join(where, " AND ") + `
 ORDER BY d.id DESC
 LIMIT @limit`
 	return sql, args
-}
-
-// idAt is the smallest UUIDv7 of the millisecond t.
-func idAt(t time.Time) uuid.UUID {
-	var id uuid.UUID
-	ms := uint64(t.UnixMilli())
-	for i := 0; i < 6; i++ {
-		id[i] = byte(ms >> (40 - 8*i)) //nolint:gosec // keeps the low 48 bits, one byte at a time
-	}
-	id[6] = 0x70
-	id[8] = 0x80
-	return id
 }
 
 // history returns a page of a webhook's deliveries, newest first.

@@ -23,6 +23,9 @@ import (
 const (
 	principalKey = "principal"
 	loggerKey    = "logger"
+	// adminKey is set on routes that take either credential when the
+	// caller presented the admin token.
+	adminKey = "admin"
 )
 
 func bearer(c *gin.Context) (string, bool) {

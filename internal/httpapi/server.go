@@ -149,6 +149,8 @@ func (s *Server) Handler() http.Handler {
 	admin.POST("", s.createTenant)
 	admin.GET("/:id", s.getTenant)
 	admin.PATCH("/:id", s.updateTenant)
+	admin.GET("/:id/stats", s.tenantStats)
+	r.GET("/v1/stats", s.adminOrTenant, s.stats)
 
 	v1 := r.Group("/v1", s.requireTenant, s.auditActor, refuseUnstorableQuery)
 	v1.POST("/api-keys", s.createAPIKey)
