@@ -110,7 +110,7 @@ func TestComposeFile(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	require.Equal(t, []string{"api", "dlq", "grafana", "migrate", "postgres", "prometheus", "rabbitmq", "redis", "worker"}, names)
+	require.Equal(t, []string{"api", "dlq", "grafana", "jaeger", "migrate", "postgres", "prometheus", "rabbitmq", "redis", "worker"}, names)
 	envs, bins := configEnvVars(t), binaries(t)
 	listen := map[string]string{}
 	for _, name := range []string{"migrate", "api", "worker", "dlq"} {
@@ -129,6 +129,8 @@ func TestComposeFile(t *testing.T) {
 		require.Empty(t, penv["ADMIN_TOKEN"], "compose has no default admin token")
 		penv["ADMIN_TOKEN"] = "a-token-of-enough-length"
 		cfg := loadConfig(t, "", penv)
+		require.True(t, cfg.Tracing.Enabled, "%s exports traces", name)
+		require.Equal(t, "http://jaeger:4318/v1/traces", cfg.Tracing.ExportURL(), "%s exports to Jaeger's OTLP/HTTP port", name)
 		listen[name] = cfg.API.Addr
 		if name != "api" {
 			listen[name] = cfg.MetricsAddr
@@ -163,6 +165,15 @@ func TestComposeFile(t *testing.T) {
 			}
 		}
 	}
+	require.Contains(t, list(dig(services, "jaeger", "expose")), "4318", "Jaeger receives OTLP/HTTP")
+	require.Equal(t, "true", str(dig(services, "jaeger", "environment", "COLLECTOR_OTLP_ENABLED")))
+	jaeger := readYAML(t, filepath.Join(root, "deploy/grafana/provisioning/datasources/jaeger.yml"))[0]
+	ds := list(jaeger["datasources"])
+	require.Len(t, ds, 1)
+	require.Equal(t, "jaeger", str(dig(ds[0], "type")))
+	require.Equal(t, "http://jaeger:16686", str(dig(ds[0], "url")), "Grafana reads Jaeger's query port")
+	require.Contains(t, list(dig(services, "jaeger", "ports")), "127.0.0.1:16686:16686", "the Jaeger UI, on this host only")
+
 	home := str(dig(services, "grafana", "environment", "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"))
 	_, err := os.Stat(filepath.Join(root, "deploy/grafana/dashboards", filepath.Base(home)))
 	require.NoError(t, err, "Grafana's home dashboard exists")
