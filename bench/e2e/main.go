@@ -5,6 +5,14 @@
 // latency, losses and duplicates.
 //
 //	go run ./bench/e2e -rates 500,1000,2000 -duration 15s
+//
+// With -tracing it compares tracing configurations side by side, each on a
+// system of its own, -rounds times interleaved (the machine is shared:
+// compare within a round): off, or on with a share of new traces sampled,
+// exporting over OTLP/HTTP to -otlp (run go run ./bench/otlpsink first). It
+// adds the spans the sink received and the CPU per delivery.
+//
+//	go run ./bench/e2e -rates 1000 -duration 15s -tracing off,1,0.01 -rounds 2
 package main
 
 import (
@@ -13,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -29,7 +38,9 @@ import (
 
 	"github.com/hookline/hookline/bench/internal/report"
 	"github.com/hookline/hookline/bench/internal/system"
+	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 func main() {
@@ -45,6 +56,9 @@ func main() {
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	orderings := flag.String("ordering", "none", "comma-separated ordering_guarantee values to compare (none, per_event_type, strict); each gets its own tenant and webhooks")
+	tracings := flag.String("tracing", "", "comma-separated tracing configurations to compare: off, or the share of new traces sampled (1 for 100 %, 0.01 for 1 %); empty: off, not reported")
+	rounds := flag.Int("rounds", 1, "with -tracing: how many times to run every configuration, interleaved")
+	otlp := flag.String("otlp", "http://127.0.0.1:4318", "with -tracing: the OTLP/HTTP receiver spans are exported to (go run ./bench/otlpsink)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -63,16 +77,8 @@ func main() {
 	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 
-	sys, err := system.Start(context.Background(), system.Options{Workers: *workers, WorkerConcurrency: *concurrency, Prefetch: *prefetch, MaxConnsPerHost: *perHost, Guard: *guard})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer sys.Close()
-	urls := make([]string, *hooks)
-	for i := range urls {
-		urls[i] = "http://" + ln.Addr().String() + "/hook"
-	}
-
+	addr := "http://" + ln.Addr().String() + "/hook"
+	opts := system.Options{Workers: *workers, WorkerConcurrency: *concurrency, Prefetch: *prefetch, MaxConnsPerHost: *perHost, Guard: *guard}
 	guardNote := "Circuit breakers and token buckets (Redis) checked before each attempt, as deployed."
 	if !*guard {
 		guardNote = "Circuit breakers and token buckets off (-guard=false)."
@@ -89,27 +95,130 @@ func main() {
 		},
 		Header: []string{"ordering", "rate/s", "published", "deliveries/s", "publish p50", "publish p99", "receipt p50", "receipt p99", "receipt p99.9", "lost", "duplicates", "postponed for a busy host", "CPU cores used"},
 	}
-	for _, ordering := range strings.Split(*orderings, ",") {
-		ordering = strings.TrimSpace(ordering)
-		key, err := sys.Tenant(fmt.Sprintf(`"ordering_guarantee": %q`, ordering), urls...)
-		if err != nil {
-			log.Fatal(err)
-		}
-		for _, r := range strings.Split(*rates, ",") {
-			rate, err := strconv.Atoi(strings.TrimSpace(r))
-			if err != nil || rate <= 0 {
-				log.Fatalf("bad rate %q", r)
+	configs := []string{""}
+	if *tracings != "" {
+		configs = strings.Split(*tracings, ",")
+		table.Header = append([]string{"round", "tracing"}, append(table.Header, "spans exported", "CPU per delivery: hookline", "CPU per delivery: machine")...)
+		table.Notes = append(table.Notes, fmt.Sprintf("Tracing: off, or on with the share of new traces given kept (sampler parentbased_traceidratio; the publishes carry no traceparent, so each starts a trace), spans batched and exported over OTLP/HTTP to a sink in another process (%s, bench/otlpsink) that decodes and discards them. Each configuration runs on a system of its own, the configurations one after the other within a round. CPU per delivery: the CPU time of the hookline process (api, worker, receiver and load generator; the exporting included), and the busy time of the whole machine (everyone's work on it, the sink's included), divided by deliveries.", *otlp))
+	}
+	for round := range max(*rounds, 1) {
+		for _, tc := range configs {
+			rows, err := measure(opts, strings.TrimSpace(tc), *otlp, addr, *orderings, *rates, *duration, *payload, *hooks, rc)
+			if err != nil {
+				log.Fatal(err)
 			}
-			before, busyBefore := report.SampleCPU(), hostBusy()
-			res := run(sys, rc, key, rate, *duration, *payload, *hooks)
-			cpu := report.CPUUse(before, report.SampleCPU())
-			busy := fmt.Sprintf("%.0f", hostBusy()-busyBefore)
-			table.Rows = append(table.Rows, append(append([]string{ordering}, res.row(rate)...), busy, cpu))
+			for _, row := range rows {
+				if *tracings != "" {
+					row = append([]string{strconv.Itoa(round + 1), tracingLabel(tc)}, row...)
+				}
+				table.Rows = append(table.Rows, row)
+			}
 		}
 	}
 	if err := report.Emit(table, *out); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// measure runs every ordering and rate on a system of its own, traced as
+// tc says ("" or "off": not traced; else the share of traces sampled),
+// and returns the table's rows.
+func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time.Duration, payload, hooks int, rc *receiver) ([][]string, error) {
+	provider, err := tracerProvider(tc, otlp)
+	if err != nil {
+		return nil, err
+	}
+	opts.Tracer = provider.Tracer()
+	sys, err := system.Start(context.Background(), opts)
+	if err != nil {
+		return nil, err
+	}
+	defer sys.Close()
+	urls := make([]string, hooks)
+	for i := range urls {
+		urls[i] = url
+	}
+	var rows [][]string
+	for _, ordering := range strings.Split(orderings, ",") {
+		ordering = strings.TrimSpace(ordering)
+		key, err := sys.Tenant(fmt.Sprintf(`"ordering_guarantee": %q`, ordering), urls...)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range strings.Split(rates, ",") {
+			rate, err := strconv.Atoi(strings.TrimSpace(r))
+			if err != nil || rate <= 0 {
+				return nil, fmt.Errorf("bad rate %q", r)
+			}
+			before, busyBefore, spansBefore, machine := report.SampleCPU(), hostBusy(), sinkCount(otlp, tc), report.MachineTicks()
+			res := run(sys, rc, key, rate, d, payload, hooks)
+			// What the batches still hold is exported, and counted, before
+			// the CPU is read.
+			if err := provider.ForceFlush(context.Background()); err != nil {
+				return nil, err
+			}
+			after, machine := report.SampleCPU(), report.MachineTicks()-machine
+			busy := fmt.Sprintf("%.0f", hostBusy()-busyBefore)
+			row := append(append([]string{ordering}, res.row(rate)...), busy, report.CPUUse(before, after))
+			if tc != "" {
+				row = append(row, strconv.FormatInt(sinkCount(otlp, tc)-spansBefore, 10),
+					perDelivery(after.Ticks["hookline"]-before.Ticks["hookline"], res.deliveries),
+					perDelivery(machine, res.deliveries))
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, provider.Shutdown(context.Background())
+}
+
+// tracerProvider is the tracing of configuration tc, exporting to otlp as
+// a process with tracing on does.
+func tracerProvider(tc, otlp string) (*tracing.Provider, error) {
+	cfg := config.Default().Tracing
+	if tc != "" && tc != "off" {
+		ratio, err := strconv.ParseFloat(tc, 64)
+		if err != nil || ratio <= 0 || ratio > 1 {
+			return nil, fmt.Errorf("tracing configuration %q: off, or a share of traces from 0 to 1", tc)
+		}
+		cfg.Enabled, cfg.Endpoint, cfg.Sampler, cfg.SamplerArg = true, otlp, "parentbased_traceidratio", ratio
+	}
+	return tracing.Setup(context.Background(), cfg, "bench", slog.New(slog.NewTextHandler(os.Stderr, nil)))
+}
+
+func tracingLabel(tc string) string {
+	tc = strings.TrimSpace(tc)
+	if tc == "off" {
+		return "off"
+	}
+	ratio, err := strconv.ParseFloat(tc, 64)
+	if err != nil {
+		return tc
+	}
+	return fmt.Sprintf("on, %g %% sampled", ratio*100)
+}
+
+// sinkCount asks the OTLP sink how many spans it has received; 0 when
+// tracing is off or the sink does not answer.
+func sinkCount(otlp, tc string) int64 {
+	if tc == "" || tc == "off" {
+		return 0
+	}
+	resp, err := http.Get(strings.TrimSuffix(otlp, "/") + "/count")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var n int64
+	_, _ = fmt.Fscan(resp.Body, &n)
+	return n
+}
+
+// perDelivery formats clock ticks (10 ms each) per delivery in ms.
+func perDelivery(ticks, deliveries int64) string {
+	if deliveries <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3f ms", float64(ticks)*10/float64(deliveries))
 }
 
 // hostBusy reads the in-process workers' count of deliveries put off

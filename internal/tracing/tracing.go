@@ -120,6 +120,17 @@ func (p *Provider) Tracer() Tracer {
 	return NewTracer(p.sdk)
 }
 
+// ForceFlush exports the spans buffered so far, within ctx.
+func (p *Provider) ForceFlush(ctx context.Context) error {
+	if !p.On() {
+		return nil
+	}
+	if err := p.sdk.ForceFlush(ctx); err != nil {
+		return fmt.Errorf("tracing flush: %w", err)
+	}
+	return nil
+}
+
 // Shutdown exports the spans still buffered, within ctx, and stops the
 // provider.
 func (p *Provider) Shutdown(ctx context.Context) error {

@@ -53,6 +53,27 @@ func SampleCPU() CPUSample {
 	return s
 }
 
+// MachineTicks returns the busy time of every core together, from
+// /proc/stat (user, nice, system, irq and softirq), in clock ticks; 0 when
+// it cannot be read. On a shared machine it counts everyone's work.
+func MachineTicks() int64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		busy += v
+	}
+	return busy
+}
+
 // procTicks returns utime+stime of pid (its threads included).
 func procTicks(pid int) int64 {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

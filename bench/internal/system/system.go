@@ -32,6 +32,7 @@ import (
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
 	"github.com/hookline/hookline/internal/schedule"
+	"github.com/hookline/hookline/internal/tracing"
 )
 
 // AdminToken authorises tenant creation on the in-process api.
@@ -55,6 +56,8 @@ type Options struct {
 	MaxConnsPerHost int
 	// Guard turns on the circuit breakers and token buckets in the workers.
 	Guard bool
+	// Tracer traces the api and the workers; the zero Tracer: tracing off.
+	Tracer tracing.Tracer
 }
 
 // Start brings an api up on a loopback port, with workers when asked.
@@ -102,6 +105,7 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 		drop()
 		return nil, err
 	}
+	api.WithTracer(o.Tracer)
 	pub := api.Publisher
 	api.Deps.Checks = health.Checks{"rabbitmq": pub.Check}
 	srv, err := httpapi.New(api.Deps)
@@ -121,14 +125,14 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 	}
 	for range o.Workers {
 		sender := delivery.NewSender(delivery.SenderConfig{ConnectTimeout: 10 * time.Second, MaxConnsPerHost: o.MaxConnsPerHost,
-			UserAgent: delivery.UserAgent}, netguard.Policy{AllowPrivate: true})
+			UserAgent: delivery.UserAgent, Tracer: o.Tracer}, netguard.Policy{AllowPrivate: true})
 		var guard *delivery.Guard
 		if o.Guard {
 			guard = delivery.NewGuard(breaker.New(rdb, cfg.Redis.KeyPrefix), ratelimit.New(rdb, cfg.Redis.KeyPrefix), pool, log)
 		}
 		// Tenants share each worker's slots as in the worker process.
 		gate := schedule.NewGate(schedule.GateConfig{Slots: o.WorkerConcurrency})
-		w := delivery.NewWorker(pool, sender, guard, pub, log).WithGate(gate)
+		w := delivery.NewWorker(pool, sender, guard, pub, log).WithGate(gate).WithTracer(o.Tracer)
 		c := queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{Prefetch: o.Prefetch,
 			Concurrency: schedule.Handlers(o.WorkerConcurrency), Grace: time.Second}, w.Handle)
 		parts = append(parts, func(ctx context.Context) error { return w.Serve(ctx, c.Run) })
