@@ -75,6 +75,22 @@ type DLQ struct {
 	// heartbeat from the dlq process that claimed it before another one
 	// takes it over (its process died). Default 30s.
 	BatchClaimTimeout Duration `yaml:"batch_claim_timeout"`
+	// AutoDisable is how the dlq process disables failing endpoints.
+	AutoDisable AutoDisable `yaml:"auto_disable"`
+}
+
+// AutoDisable configures the automatic disabling of endpoints that keep
+// failing (the window itself is a tenant's and a webhook's setting; see
+// Defaults.TenantAutoDisable).
+type AutoDisable struct {
+	// Interval is how often the dlq process looks for webhooks to disable.
+	// Default 1m.
+	Interval Duration `yaml:"interval"`
+	// CircuitReopens disables a webhook whose circuit opened again this
+	// many times in a row (each after its half-open probes failed, without
+	// closing in between); 0 never. Default 48: about two days of failed
+	// probes once the sleep window reached its 1 h cap.
+	CircuitReopens int `yaml:"circuit_reopens"`
 }
 
 // Retention configures what the dlq process removes, and when (docs/DESIGN.md §14).
@@ -224,6 +240,16 @@ type Defaults struct {
 	TenantRateLimit        RateLimit        `yaml:"tenant_rate_limit"`
 	TenantPublishRateLimit PublishRateLimit `yaml:"tenant_publish_rate_limit"`
 	WebhookRateLimit       RateLimit        `yaml:"webhook_rate_limit"`
+	// TenantAutoDisable is a new tenant's window for disabling its
+	// webhooks automatically.
+	TenantAutoDisable AutoDisableWindow `yaml:"tenant_auto_disable"`
+}
+
+// AutoDisableWindow is how long an endpoint may fail before it is disabled.
+type AutoDisableWindow struct {
+	// FailingFor: a webhook that has failed without a single success for
+	// this long is disabled; 0 never. Default 120h (5 days).
+	FailingFor Duration `yaml:"failing_for"`
 }
 
 // RateLimit is a token bucket expressed per minute.
@@ -259,7 +285,8 @@ func Default() Config {
 			HostQueueWait:   Duration(500 * time.Millisecond),
 		},
 		ShutdownGrace: Duration(25 * time.Second),
-		DLQ:           DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: Duration(30 * time.Second)},
+		DLQ: DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: Duration(30 * time.Second),
+			AutoDisable: AutoDisable{Interval: Duration(time.Minute), CircuitReopens: 48}},
 		Retention: Retention{
 			Interval:    Duration(time.Hour),
 			AttemptsAge: Duration(90 * 24 * time.Hour),
@@ -283,6 +310,7 @@ func Default() Config {
 			TenantRateLimit:        RateLimit{RequestsPerMinute: 1000, Burst: 100},
 			TenantPublishRateLimit: PublishRateLimit{RequestsPerSecond: 1000, Burst: 2000},
 			WebhookRateLimit:       RateLimit{RequestsPerMinute: 100, Burst: 20},
+			TenantAutoDisable:      AutoDisableWindow{FailingFor: Duration(120 * time.Hour)},
 		},
 		Tracing: defaultTracing(),
 	}
@@ -452,6 +480,7 @@ func (c *Config) Validate() error {
 	if c.DLQ.BatchClaimTimeout.D() < time.Second || c.DLQ.BatchClaimTimeout.D() > time.Hour {
 		bad("dlq.batch_claim_timeout", "must be between 1s and 1h")
 	}
+	c.validateAutoDisable(bad)
 	if c.Retention.Interval.D() < time.Second || c.Retention.Interval.D() > 7*24*time.Hour {
 		bad("retention.interval", "must be between 1s and 168h")
 	}
@@ -489,6 +518,19 @@ func (c *Config) Validate() error {
 	checkRate(bad, "defaults.tenant_publish_rate_limit", c.Defaults.TenantPublishRateLimit.RequestsPerSecond, c.Defaults.TenantPublishRateLimit.Burst)
 	c.Tracing.validate(bad)
 	return errors.Join(errs...)
+}
+
+// validateAutoDisable checks the automatic disabling of failing endpoints.
+func (c *Config) validateAutoDisable(bad func(string, string, ...any)) {
+	if d := c.DLQ.AutoDisable.Interval.D(); d < time.Second || d > time.Hour {
+		bad("dlq.auto_disable.interval", "must be between 1s and 1h")
+	}
+	if n := c.DLQ.AutoDisable.CircuitReopens; n < 0 || n > 10_000 {
+		bad("dlq.auto_disable.circuit_reopens", "must be between 0 (never) and 10000, got %d", n)
+	}
+	if d := c.Defaults.TenantAutoDisable.FailingFor.D(); d != 0 && (d < time.Second || d > 90*24*time.Hour) {
+		bad("defaults.tenant_auto_disable.failing_for", "must be 0 (never) or between 1s and 2160h")
+	}
 }
 
 // validateServing checks the api's bounds on connections, statements and

@@ -72,7 +72,9 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.Empty(t, got.API.TrustedProxies)
 	require.Equal(t, config.Worker{Concurrency: 256, Prefetch: 512, ConnectTimeout: config.Duration(10 * time.Second), MaxConnsPerHost: 5,
 		HostQueueWait: config.Duration(500 * time.Millisecond)}, got.Worker)
-	require.Equal(t, config.DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: config.Duration(30 * time.Second)}, got.DLQ)
+	require.Equal(t, config.DLQ{BatchConcurrency: 2, BatchConcurrencyPerTenant: 1, BatchClaimTimeout: config.Duration(30 * time.Second),
+		AutoDisable: config.AutoDisable{Interval: config.Duration(time.Minute), CircuitReopens: 48}}, got.DLQ)
+	require.Equal(t, config.Duration(120*time.Hour), got.Defaults.TenantAutoDisable.FailingFor)
 	require.Equal(t, config.Retention{Interval: config.Duration(time.Hour), AttemptsAge: config.Duration(90 * 24 * time.Hour),
 		PayloadAge: config.Duration(7 * 24 * time.Hour), BatchSize: 5000}, got.Retention)
 	require.Equal(t, "127.0.0.1:9091", got.MetricsAddr)
@@ -117,7 +119,7 @@ api:
 metrics_addr: ":9999"
 shutdown_grace: 90s
 worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2, host_queue_wait: 250ms}
-dlq: {batch_concurrency: 3, batch_concurrency_per_tenant: 2, batch_claim_timeout: 5s}
+dlq: {batch_concurrency: 3, batch_concurrency_per_tenant: 2, batch_claim_timeout: 5s, auto_disable: {interval: 30s, circuit_reopens: 0}}
 retention: {interval: 10m, attempts_age: 720h, payload_age: 48h, batch_size: 100}
 network:
   allow_private_networks: true
@@ -126,6 +128,7 @@ defaults:
   tenant_rate_limit: {requests_per_minute: 11, burst: 12}
   tenant_publish_rate_limit: {requests_per_second: 13, burst: 14}
   webhook_rate_limit: {requests_per_minute: 15, burst: 16}
+  tenant_auto_disable: {failing_for: 24h}
 security:
   secret_keys: ["k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="]
 tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://otel:4318/traces", service_name: hl, sampler: traceidratio, sampler_arg: 0.5}
@@ -158,7 +161,8 @@ tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://
 		},
 		Worker: config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2,
 			HostQueueWait: config.Duration(250 * time.Millisecond)},
-		DLQ: config.DLQ{BatchConcurrency: 3, BatchConcurrencyPerTenant: 2, BatchClaimTimeout: config.Duration(5 * time.Second)},
+		DLQ: config.DLQ{BatchConcurrency: 3, BatchConcurrencyPerTenant: 2, BatchClaimTimeout: config.Duration(5 * time.Second),
+			AutoDisable: config.AutoDisable{Interval: config.Duration(30 * time.Second)}},
 		Retention: config.Retention{Interval: config.Duration(10 * time.Minute), AttemptsAge: config.Duration(720 * time.Hour),
 			PayloadAge: config.Duration(48 * time.Hour), BatchSize: 100},
 		Network: config.Network{AllowPrivateNetworks: true, AllowCIDRs: []string{"10.1.0.0/16", "fd00::/8"}},
@@ -166,6 +170,7 @@ tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://
 			TenantRateLimit:        config.RateLimit{RequestsPerMinute: 11, Burst: 12},
 			TenantPublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 13, Burst: 14},
 			WebhookRateLimit:       config.RateLimit{RequestsPerMinute: 15, Burst: 16},
+			TenantAutoDisable:      config.AutoDisableWindow{FailingFor: config.Duration(24 * time.Hour)},
 		},
 		Security: config.Security{SecretKeys: []string{"k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "k1:HyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4="}},
 		Tracing: config.Tracing{Enabled: true, Endpoint: "http://otel:4318", TracesEndpoint: "http://otel:4318/traces",
@@ -494,6 +499,17 @@ func TestValidate(t *testing.T) {
 		{"webhook burst zero", func(c *config.Config) { c.Defaults.WebhookRateLimit.Burst = 0 }, "defaults.webhook_rate_limit"},
 		{"publish rate zero", func(c *config.Config) { c.Defaults.TenantPublishRateLimit.RequestsPerSecond = 0 }, "defaults.tenant_publish_rate_limit"},
 		{"publish burst too high", func(c *config.Config) { c.Defaults.TenantPublishRateLimit.Burst = 10_000_001 }, "defaults.tenant_publish_rate_limit"},
+
+		{"auto-disable never", func(c *config.Config) { c.Defaults.TenantAutoDisable.FailingFor = 0 }, ""},
+		{"auto-disable window too short", func(c *config.Config) {
+			c.Defaults.TenantAutoDisable.FailingFor = config.Duration(500 * time.Millisecond)
+		}, "defaults.tenant_auto_disable.failing_for"},
+		{"auto-disable window too long", func(c *config.Config) {
+			c.Defaults.TenantAutoDisable.FailingFor = config.Duration(91 * 24 * time.Hour)
+		}, "defaults.tenant_auto_disable.failing_for"},
+		{"auto-disable interval zero", func(c *config.Config) { c.DLQ.AutoDisable.Interval = 0 }, "dlq.auto_disable.interval"},
+		{"circuit reopens never", func(c *config.Config) { c.DLQ.AutoDisable.CircuitReopens = 0 }, ""},
+		{"circuit reopens negative", func(c *config.Config) { c.DLQ.AutoDisable.CircuitReopens = -1 }, "dlq.auto_disable.circuit_reopens"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

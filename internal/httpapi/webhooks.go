@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -123,6 +124,10 @@ func (s *Server) updateWebhook(c *gin.Context, replace bool) {
 	if w, err = s.webhooks.Update(c.Request.Context(), w); err != nil {
 		abort(c, mapWebhookErr(err))
 		return
+	}
+	if current.Active && !w.Active {
+		metrics.WebhooksDisabled.WithLabelValues(webhook.DisabledManual).Inc()
+		logger(c).Info("webhook disabled", "webhook_id", w.ID.String(), "disabled_reason", w.DisabledReason)
 	}
 	c.JSON(http.StatusOK, s.verifyIfPending(c, w))
 }

@@ -164,6 +164,10 @@ var (
 		Namespace: Namespace, Name: "batch_reenqueued_total",
 		Help: "Exhausted deliveries given a new delivery by a batch retry run by this dlq process.",
 	})
+	WebhooksDisabled = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "webhooks_disabled_total",
+		Help: "Webhooks disabled, by reason: manual (by their tenant, in the api) or auto_disabled (failing, by the dlq).",
+	}, []string{"reason"})
 	OwnerNotifications = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "owner_notifications_total",
 		Help: "Owner notification events, by type and outcome (created, or suppressed to avoid a notification loop).",

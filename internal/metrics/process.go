@@ -59,6 +59,7 @@ func Init(p Process) {
 		touch(PublishRequests, publishOutcomes)
 		touch(IdempotencyCache, idempotencyResults)
 		touch(RateLimitHits, []string{"publish"})
+		touch(WebhooksDisabled, []string{"manual"})
 	case "worker":
 		touch(DeliveriesPostponed, postponeReasons)
 		touch(WorkerInternalErrors, internalErrorStages)
@@ -70,6 +71,7 @@ func Init(p Process) {
 	case "dlq":
 		touch(DeadLettered, deadLetterReasons)
 		touch(RetentionPruned, retentionKinds)
+		touch(WebhooksDisabled, []string{"auto_disabled"})
 		RetentionInterval.Set(p.RetentionInterval.Seconds())
 	}
 	for _, t := range notificationTypes[p.Name] {

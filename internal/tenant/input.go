@@ -5,6 +5,7 @@ import (
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/webhook"
 )
 
 // Input is a create or update request for a tenant; nil fields were not given.
@@ -18,6 +19,9 @@ type Input struct {
 		RequestsPerSecond *int `json:"requests_per_second"`
 		Burst             *int `json:"burst"`
 	} `json:"publish_rate_limit"`
+	AutoDisable *struct {
+		FailingForMS *int64 `json:"failing_for_ms"`
+	} `json:"auto_disable"`
 }
 
 const (
@@ -47,20 +51,32 @@ func Build(base Tenant, in Input, creating bool) (Tenant, error) {
 		setInt(&t.PublishRateLimit.RequestsPerSecond, pl.RequestsPerSecond)
 		setInt(&t.PublishRateLimit.Burst, pl.Burst)
 	}
+	if ad := in.AutoDisable; ad != nil {
+		setInt64(&t.AutoDisable.FailingForMS, ad.FailingForMS)
+	}
 	return t, fielderr.First(
 		fielderr.InRange("rate_limit.requests_per_minute", t.RateLimit.RequestsPerMinute, 1, maxRate),
 		fielderr.InRange("rate_limit.burst", t.RateLimit.Burst, 1, maxBurstLen),
 		fielderr.InRange("publish_rate_limit.requests_per_second", t.PublishRateLimit.RequestsPerSecond, 1, maxRate),
 		fielderr.InRange("publish_rate_limit.burst", t.PublishRateLimit.Burst, 1, maxBurstLen),
+		webhook.CheckAutoDisableMS("auto_disable.failing_for_ms", t.AutoDisable.FailingForMS),
 	)
 }
 
-// WithDefaults returns a tenant holding the configured default limits.
+// WithDefaults returns a tenant holding the configured default limits and
+// auto-disable window.
 func WithDefaults(d config.Defaults) Tenant {
-	return Tenant{RateLimit: d.TenantRateLimit, PublishRateLimit: d.TenantPublishRateLimit}
+	return Tenant{RateLimit: d.TenantRateLimit, PublishRateLimit: d.TenantPublishRateLimit,
+		AutoDisable: AutoDisable{FailingForMS: d.TenantAutoDisable.FailingFor.D().Milliseconds()}}
 }
 
 func setInt(dst *int, src *int) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+func setInt64(dst *int64, src *int64) {
 	if src != nil {
 		*dst = *src
 	}

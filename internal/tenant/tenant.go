@@ -35,8 +35,18 @@ type Tenant struct {
 	Name             string                  `json:"name"`
 	RateLimit        config.RateLimit        `json:"rate_limit"`
 	PublishRateLimit config.PublishRateLimit `json:"publish_rate_limit"`
-	CreatedAt        time.Time               `json:"created_at"`
-	UpdatedAt        time.Time               `json:"updated_at"`
+	// AutoDisable is the default of the tenant's webhooks for being
+	// disabled automatically (a webhook may set its own).
+	AutoDisable AutoDisable `json:"auto_disable"`
+	CreatedAt   time.Time   `json:"created_at"`
+	UpdatedAt   time.Time   `json:"updated_at"`
+}
+
+// AutoDisable is a tenant's setting for disabling its failing endpoints.
+type AutoDisable struct {
+	// FailingForMS: a webhook that has failed without a single success
+	// for this long is disabled; 0 never.
+	FailingForMS int64 `json:"failing_for_ms"`
 }
 
 // Principal is who an API key authenticates.
@@ -58,12 +68,14 @@ type Store struct {
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 const (
-	tenantColumns   = `id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at`
-	insertTenantSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`
+	tenantColumns = `id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at,
+	auto_disable_failing_ms`
+	insertTenantSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at,
+	auto_disable_failing_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)`
 	getTenantSQL    = `SELECT ` + tenantColumns + ` FROM tenants WHERE id = $1`
 	updateTenantSQL = `UPDATE tenants SET name = $2, rate_limit_rpm = $3, rate_limit_burst = $4,
-	publish_rps = $5, publish_burst = $6, updated_at = now()
+	publish_rps = $5, publish_burst = $6, auto_disable_failing_ms = $7, updated_at = now()
 WHERE id = $1 RETURNING ` + tenantColumns
 	// authenticateSQL finds a valid key by its hash and, in the same round
 	// trip, records its use: at most once a minute per key, so that a busy
@@ -89,7 +101,8 @@ func (s *Store) Create(ctx context.Context, t Tenant) (Tenant, string, error) {
 	hash := hashKey(key)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertTenantSQL, t.ID, t.Name, t.RateLimit.RequestsPerMinute,
-			t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.CreatedAt); err != nil {
+			t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.CreatedAt,
+			t.AutoDisable.FailingForMS); err != nil {
 			return fmt.Errorf("insert tenant: %w", err)
 		}
 		keyID := uuid.Must(uuid.NewV7())
@@ -124,7 +137,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (Tenant, error) {
 // Update stores the name and limits of t.
 func (s *Store) Update(ctx context.Context, t Tenant) (Tenant, error) {
 	out, err := scanTenant(s.pool.QueryRow(ctx, updateTenantSQL, t.ID, t.Name, t.RateLimit.RequestsPerMinute,
-		t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst))
+		t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.AutoDisable.FailingForMS))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Tenant{}, ErrNotFound
 	}
@@ -162,7 +175,8 @@ func (s *Store) Authenticate(ctx context.Context, key string) (Principal, error)
 func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
 	err := row.Scan(&t.ID, &t.Name, &t.RateLimit.RequestsPerMinute, &t.RateLimit.Burst,
-		&t.PublishRateLimit.RequestsPerSecond, &t.PublishRateLimit.Burst, &t.CreatedAt, &t.UpdatedAt)
+		&t.PublishRateLimit.RequestsPerSecond, &t.PublishRateLimit.Burst, &t.CreatedAt, &t.UpdatedAt,
+		&t.AutoDisable.FailingForMS)
 	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
 	return t, err
 }

@@ -29,8 +29,16 @@ type Input struct {
 	Metadata             json.RawMessage    `json:"metadata"`
 	// VerifyURL true (re)starts endpoint verification; false stops asking
 	// for it (see Build).
-	VerifyURL        *bool `json:"verify_url"`
-	TracePropagation *bool `json:"trace_propagation"`
+	VerifyURL        *bool             `json:"verify_url"`
+	TracePropagation *bool             `json:"trace_propagation"`
+	AutoDisable      *AutoDisableInput `json:"auto_disable"`
+}
+
+// AutoDisableInput is a partial AutoDisable. FailingForMS is kept as
+// given, so that null (back to the tenant's setting) is told from left
+// out.
+type AutoDisableInput struct {
+	FailingForMS json.RawMessage `json:"failing_for_ms"`
 }
 
 // RetryInput is a partial RetryConfig.
@@ -143,6 +151,13 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 	}
 	if in.TracePropagation != nil {
 		w.TracePropagation = *in.TracePropagation
+	}
+	if in.AutoDisable != nil {
+		ad, err := mergeAutoDisable(w.AutoDisable, *in.AutoDisable)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.AutoDisable = ad
 	}
 	if in.OrderingGuarantee != nil {
 		switch *in.OrderingGuarantee {
@@ -319,4 +334,38 @@ func checkMetadata(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	return compact.Bytes(), nil
+}
+
+// Bounds of an auto-disable window other than 0 (never).
+const (
+	MinAutoDisableMS = 1000
+	MaxAutoDisableMS = 90 * 24 * 60 * 60 * 1000
+)
+
+// CheckAutoDisableMS validates a window of field: 0 (never), or
+// MinAutoDisableMS to MaxAutoDisableMS.
+func CheckAutoDisableMS(field string, ms int64) *fielderr.Error {
+	if ms != 0 && (ms < MinAutoDisableMS || ms > MaxAutoDisableMS) {
+		return fielderr.New(field, "must be 0 (never) or between %d and %d", MinAutoDisableMS, MaxAutoDisableMS)
+	}
+	return nil
+}
+
+func mergeAutoDisable(base AutoDisable, in AutoDisableInput) (AutoDisable, error) {
+	const field = "auto_disable.failing_for_ms"
+	switch raw := bytes.TrimSpace(in.FailingForMS); {
+	case len(raw) == 0:
+	case string(raw) == "null":
+		base.FailingForMS = nil
+	default:
+		var ms int64
+		if err := json.Unmarshal(raw, &ms); err != nil {
+			return AutoDisable{}, fielderr.New(field, "must be an integer number of milliseconds or null")
+		}
+		if err := CheckAutoDisableMS(field, ms); err != nil {
+			return AutoDisable{}, err
+		}
+		base.FailingForMS = &ms
+	}
+	return base, nil
 }

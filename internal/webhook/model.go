@@ -42,13 +42,35 @@ type Webhook struct {
 	// TracePropagation sends the trace context of each attempt
 	// (traceparent, tracestate) with the deliveries when tracing is on, so
 	// that the endpoint's tracing continues the trace. Default true.
-	TracePropagation bool      `json:"trace_propagation"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	TracePropagation bool `json:"trace_propagation"`
+	// AutoDisable is the webhook's own setting for being disabled
+	// automatically when it keeps failing.
+	AutoDisable AutoDisable `json:"auto_disable"`
+	// DisabledReason says why an inactive webhook is disabled (Disabled*
+	// constants); empty while it is active. DisabledAt is when.
+	DisabledReason string     `json:"disabled_reason"`
+	DisabledAt     *time.Time `json:"disabled_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
 
 	Secret                  string     `json:"-"`
 	PreviousSecret          string     `json:"-"`
 	PreviousSecretExpiresAt *time.Time `json:"-"`
+}
+
+// Why a webhook is disabled: paused by its tenant (a create or update
+// with active false), or by hookline because the endpoint kept failing.
+const (
+	DisabledManual = "manual"
+	DisabledAuto   = "auto_disabled"
+)
+
+// AutoDisable is a webhook's setting for being disabled automatically.
+type AutoDisable struct {
+	// FailingForMS: the webhook is disabled once it has failed without a
+	// single success for this long; 0 never; nil takes its tenant's
+	// setting.
+	FailingForMS *int64 `json:"failing_for_ms"`
 }
 
 // Headers are a webhook's custom request headers. Their values are often

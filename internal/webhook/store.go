@@ -61,13 +61,15 @@ func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
 
 const webhookColumns = `id, tenant_id, url, events, active, secret, previous_secret,
 	previous_secret_expires_at, retry_config, circuit_breaker_config, rate_limit,
-	ordering_guarantee, headers, metadata, verification, created_at, updated_at, trace_propagation`
+	ordering_guarantee, headers, metadata, verification, created_at, updated_at, trace_propagation,
+	auto_disable_failing_ms, coalesce(disabled_reason, ''), disabled_at`
 
 const (
 	insertWebhookSQL = `INSERT INTO webhooks (id, tenant_id, url, events, active, secret,
 	retry_config, circuit_breaker_config, rate_limit, ordering_guarantee, headers, metadata,
-	verification, created_at, updated_at, trace_propagation)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $13, $13, $15)`
+	verification, created_at, updated_at, trace_propagation, auto_disable_failing_ms, disabled_reason, disabled_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $13, $13, $15, $16,
+	CASE WHEN $5 THEN NULL ELSE '` + DisabledManual + `' END, CASE WHEN $5 THEN NULL ELSE $13::timestamptz END)`
 
 	getWebhookSQL = `SELECT ` + webhookColumns + ` FROM webhooks
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -86,12 +88,22 @@ const (
 	// (it starts or stops); otherwise a check finishing meanwhile keeps
 	// its outcome. The url and the verification change in one statement,
 	// so that no delivery goes to a new url before it is verified.
+	//
+	// Disabling an active webhook ($5 false) is a manual disable; a
+	// disabled one keeps its reason and time. Enabling one clears them,
+	// and what counts towards disabling it automatically: it starts
+	// afresh.
 	updateWebhookSQL = `UPDATE webhooks SET url = $3, events = $4, active = $5,
 	retry_config = $6, circuit_breaker_config = $7, rate_limit = $8,
 	ordering_guarantee = $9, headers = $10, metadata = $11, trace_propagation = $14,
-	verification = CASE WHEN $12 THEN $13::jsonb ELSE verification END, updated_at = now()
+	verification = CASE WHEN $12 THEN $13::jsonb ELSE verification END, updated_at = now(),
+	auto_disable_failing_ms = $15,
+	disabled_reason = CASE WHEN $5 THEN NULL WHEN active THEN '` + DisabledManual + `' ELSE disabled_reason END,
+	disabled_at = CASE WHEN $5 THEN NULL WHEN active THEN now() ELSE disabled_at END,
+	failing_since = CASE WHEN $5 AND NOT active THEN NULL ELSE failing_since END,
+	circuit_reopens = CASE WHEN $5 AND NOT active THEN 0 ELSE circuit_reopens END
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
-RETURNING updated_at, verification`
+RETURNING updated_at, verification, coalesce(disabled_reason, ''), disabled_at`
 
 	// lockHeadersSQL reads the stored headers of an update that writes
 	// masked values back, and holds the row until the update.
@@ -117,6 +129,11 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 	w.ID = uuid.Must(uuid.NewV7())
 	w.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
 	w.UpdatedAt = w.CreatedAt
+	w.DisabledReason, w.DisabledAt = "", nil
+	if !w.Active {
+		at := w.CreatedAt
+		w.DisabledReason, w.DisabledAt = DisabledManual, &at
+	}
 	args, err := s.encodeConfigs(w)
 	if err != nil {
 		return Webhook{}, err
@@ -142,7 +159,7 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 		}
 		_, err := tx.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 			sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
-			[]byte(w.Metadata), w.CreatedAt, args.verification, w.TracePropagation)
+			[]byte(w.Metadata), w.CreatedAt, args.verification, w.TracePropagation, w.AutoDisable.FailingForMS)
 		if err != nil {
 			return fmt.Errorf("insert webhook: %w", err)
 		}
@@ -264,8 +281,8 @@ func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, e
 	var stored []byte
 	err = q.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 		args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers, []byte(w.Metadata),
-		restart, args.verification, w.TracePropagation,
-	).Scan(&w.UpdatedAt, &stored)
+		restart, args.verification, w.TracePropagation, w.AutoDisable.FailingForMS,
+	).Scan(&w.UpdatedAt, &stored, &w.DisabledReason, &w.DisabledAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Webhook{}, ErrNotFound
 	}
@@ -275,6 +292,7 @@ func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, e
 	if w.Verification, err = decodeVerification(stored); err != nil {
 		return Webhook{}, fmt.Errorf("update webhook %s: %w", w.ID, err)
 	}
+	w.DisabledAt = utcOrNil(w.DisabledAt)
 	return w, nil
 }
 
@@ -409,7 +427,8 @@ func scanWebhook(row pgx.Row) (Webhook, error) {
 	var retry, breaker, rate, headers, metadata, verification []byte
 	err := row.Scan(&w.ID, &w.TenantID, &w.URL, &w.Events, &w.Active, &w.Secret, &prev,
 		&w.PreviousSecretExpiresAt, &retry, &breaker, &rate, &w.OrderingGuarantee,
-		&headers, &metadata, &verification, &w.CreatedAt, &w.UpdatedAt, &w.TracePropagation)
+		&headers, &metadata, &verification, &w.CreatedAt, &w.UpdatedAt, &w.TracePropagation,
+		&w.AutoDisable.FailingForMS, &w.DisabledReason, &w.DisabledAt)
 	if err != nil {
 		return Webhook{}, err
 	}
@@ -432,7 +451,16 @@ func scanWebhook(row pgx.Row) (Webhook, error) {
 	}
 	w.Metadata = metadata
 	w.CreatedAt, w.UpdatedAt = w.CreatedAt.UTC(), w.UpdatedAt.UTC()
+	w.DisabledAt = utcOrNil(w.DisabledAt)
 	return w, nil
+}
+
+func utcOrNil(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // ActiveSecrets returns the secrets that sign a delivery at now: the current
