@@ -19,6 +19,7 @@ import (
 type Input struct {
 	URL                  *string            `json:"url"`
 	Events               []string           `json:"events"`
+	Filter               *string            `json:"filter"`
 	Secret               *string            `json:"secret"`
 	Active               *bool              `json:"active"`
 	RetryConfig          *RetryInput        `json:"retry_config"`
@@ -132,6 +133,13 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 			return Webhook{}, fielderr.New("events", "%s", err.Error())
 		}
 		w.Events = events
+	}
+	if in.Filter != nil {
+		f, err := checkFilter(*in.Filter)
+		if err != nil {
+			return Webhook{}, err
+		}
+		w.Filter = f
 	}
 	if in.Secret != nil {
 		if creating {

@@ -27,6 +27,7 @@ type Webhook struct {
 	TenantID             uuid.UUID     `json:"-"`
 	URL                  string        `json:"url"`
 	Events               []string      `json:"events"`
+	Filter               string        `json:"filter"` // a CEL payload filter (package filter); empty for none
 	Active               bool          `json:"active"`
 	RetryConfig          RetryConfig   `json:"retry_config"`
 	CircuitBreakerConfig BreakerConfig `json:"circuit_breaker_config"`

@@ -62,14 +62,15 @@ func NewStore(pool *pgxpool.Pool, opts ...Option) *Store {
 const webhookColumns = `id, tenant_id, url, events, active, secret, previous_secret,
 	previous_secret_expires_at, retry_config, circuit_breaker_config, rate_limit,
 	ordering_guarantee, headers, metadata, verification, created_at, updated_at, trace_propagation,
-	auto_disable_failing_ms, coalesce(disabled_reason, ''), disabled_at`
+	auto_disable_failing_ms, coalesce(disabled_reason, ''), disabled_at, filter`
 
 const (
 	insertWebhookSQL = `INSERT INTO webhooks (id, tenant_id, url, events, active, secret,
 	retry_config, circuit_breaker_config, rate_limit, ordering_guarantee, headers, metadata,
-	verification, created_at, updated_at, trace_propagation, auto_disable_failing_ms, disabled_reason, disabled_at)
+	verification, created_at, updated_at, trace_propagation, auto_disable_failing_ms, disabled_reason, disabled_at,
+	filter)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $13, $13, $15, $16,
-	CASE WHEN $5 THEN NULL ELSE '` + DisabledManual + `' END, CASE WHEN $5 THEN NULL ELSE $13::timestamptz END)`
+	CASE WHEN $5 THEN NULL ELSE '` + DisabledManual + `' END, CASE WHEN $5 THEN NULL ELSE $13::timestamptz END, $17)`
 
 	getWebhookSQL = `SELECT ` + webhookColumns + ` FROM webhooks
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -93,10 +94,15 @@ const (
 	// disabled one keeps its reason and time. Enabling one clears them,
 	// and what counts towards disabling it automatically: it starts
 	// afresh.
+	//
+	// updated_at moves forward at every update, even at two within the
+	// same microsecond: fan-out takes a webhook's updated_at as the
+	// version of its filter (see package event).
 	updateWebhookSQL = `UPDATE webhooks SET url = $3, events = $4, active = $5,
 	retry_config = $6, circuit_breaker_config = $7, rate_limit = $8,
 	ordering_guarantee = $9, headers = $10, metadata = $11, trace_propagation = $14,
-	verification = CASE WHEN $12 THEN $13::jsonb ELSE verification END, updated_at = now(),
+	verification = CASE WHEN $12 THEN $13::jsonb ELSE verification END, filter = $16,
+	updated_at = greatest(now(), updated_at + interval '1 microsecond'),
 	auto_disable_failing_ms = $15,
 	disabled_reason = CASE WHEN $5 THEN NULL WHEN active THEN '` + DisabledManual + `' ELSE disabled_reason END,
 	disabled_at = CASE WHEN $5 THEN NULL WHEN active THEN now() ELSE disabled_at END,
@@ -159,7 +165,7 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 		}
 		_, err := tx.Exec(ctx, insertWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 			sealed, args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers,
-			[]byte(w.Metadata), w.CreatedAt, args.verification, w.TracePropagation, w.AutoDisable.FailingForMS)
+			[]byte(w.Metadata), w.CreatedAt, args.verification, w.TracePropagation, w.AutoDisable.FailingForMS, w.Filter)
 		if err != nil {
 			return fmt.Errorf("insert webhook: %w", err)
 		}
@@ -281,7 +287,7 @@ func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, e
 	var stored []byte
 	err = q.QueryRow(ctx, updateWebhookSQL, w.ID, w.TenantID, w.URL, w.Events, w.Active,
 		args.retry, args.breaker, args.rate, w.OrderingGuarantee, args.headers, []byte(w.Metadata),
-		restart, args.verification, w.TracePropagation, w.AutoDisable.FailingForMS,
+		restart, args.verification, w.TracePropagation, w.AutoDisable.FailingForMS, w.Filter,
 	).Scan(&w.UpdatedAt, &stored, &w.DisabledReason, &w.DisabledAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Webhook{}, ErrNotFound
@@ -428,7 +434,7 @@ func scanWebhook(row pgx.Row) (Webhook, error) {
 	err := row.Scan(&w.ID, &w.TenantID, &w.URL, &w.Events, &w.Active, &w.Secret, &prev,
 		&w.PreviousSecretExpiresAt, &retry, &breaker, &rate, &w.OrderingGuarantee,
 		&headers, &metadata, &verification, &w.CreatedAt, &w.UpdatedAt, &w.TracePropagation,
-		&w.AutoDisable.FailingForMS, &w.DisabledReason, &w.DisabledAt)
+		&w.AutoDisable.FailingForMS, &w.DisabledReason, &w.DisabledAt, &w.Filter)
 	if err != nil {
 		return Webhook{}, err
 	}

@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A webhook's filter is set on create, replaced by PUT (and cleared when
+// PUT leaves it out), changed by PATCH only when given, and shown by every
+// answer that shows the webhook.
+func TestWebhookFilterLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	_, key := e.tenantKey("acme")
+
+	plain := e.createWebhook(key, map[string]any{})
+	require.Equal(t, "", plain["filter"])
+
+	const expr = `data.amount > 100 && data.currency == "EUR"`
+	w := e.createWebhook(key, map[string]any{"filter": "  " + expr + "\n"})
+	require.Equal(t, expr, w["filter"], "surrounding spaces are dropped")
+	path := "/v1/webhooks/" + w["id"].(string)
+
+	r := e.do("GET", path, key, nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Equal(t, expr, r.Body["filter"])
+	r = e.do("GET", "/v1/webhooks", key, nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	filters := map[string]any{}
+	for _, item := range r.Body["data"].([]any) {
+		filters[item.(map[string]any)["id"].(string)] = item.(map[string]any)["filter"]
+	}
+	require.Equal(t, map[string]any{plain["id"].(string): "", w["id"].(string): expr}, filters)
+
+	r = e.do("PATCH", path, key, map[string]any{"active": true})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, expr, r.Body["filter"], "a patch without filter keeps it")
+
+	r = e.do("PATCH", path, key, map[string]any{"filter": `"vip" in data.tags`})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, `"vip" in data.tags`, r.Body["filter"])
+
+	r = e.do("PATCH", path, key, map[string]any{"filter": `data.amount >`})
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	r = e.do("GET", path, key, nil)
+	require.Equal(t, `"vip" in data.tags`, r.Body["filter"], "a refused patch changes nothing")
+
+	r = e.do("PATCH", path, key, map[string]any{"filter": ""})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, "", r.Body["filter"], "an empty filter removes it")
+
+	r = e.do("PUT", path, key, map[string]any{"url": "https://8.8.8.8/hooks", "events": []string{"order.*"}, "filter": `has(data.customer)`})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, `has(data.customer)`, r.Body["filter"])
+	r = e.do("PUT", path, key, map[string]any{"url": "https://8.8.8.8/hooks", "events": []string{"order.*"}})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, "", r.Body["filter"], "a replacement without filter has none")
+}
+
+// A filter that does not compile, is not a bool, names an unknown
+// variable, is too long or too costly is refused with a 400 naming the
+// field, and, where the problem has a place, its line and column.
+func TestWebhookFilterRefused(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	_, key := e.tenantKey("acme")
+	w := e.createWebhook(key, map[string]any{})
+	path := "/v1/webhooks/" + w["id"].(string)
+
+	tests := []struct {
+		name, filter, message string
+	}{
+		{"syntax error", `data.amount >`, "filter: at 1:14: Syntax error"},
+		{"syntax error on the second line", "data.a == 1 &&\n  (data.b == 2", "filter: at 2:15: Syntax error"},
+		{"unknown variable", `amount > 100`, "filter: at 1:1: undeclared reference to 'amount'"},
+		{"not a bool", `data.amount + 1.0`, "filter: at 1:1: must be a boolean expression, but has type double"},
+		{"wrong types", `source > 1`, "filter: at 1:8: found no matching overload for '_>_' applied to '(string, int)'"},
+		{"too long", `data.a == "` + strings.Repeat("x", 4100) + `"`, "filter: must be at most 4096 bytes"},
+		{"too costly", `data.a.all(x, data.b.all(y, x != y))`, "filter: is too costly"},
+		{"NUL", "data.a == \"\x00\"", "filter: must not contain NUL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := e.forTest(t)
+			for _, r := range []resp{
+				e.do("POST", "/v1/webhooks", key, map[string]any{"url": "https://8.8.8.8/hooks", "events": []string{"*"}, "filter": tc.filter}),
+				e.do("PUT", path, key, map[string]any{"url": "https://8.8.8.8/hooks", "events": []string{"*"}, "filter": tc.filter}),
+				e.do("PATCH", path, key, map[string]any{"filter": tc.filter}),
+			} {
+				require.Equal(t, http.StatusBadRequest, r.Status, string(r.Raw))
+				require.Equal(t, "invalid_request", r.errCode())
+				require.Equal(t, "filter", r.errField())
+				msg := r.Body["error"].(map[string]any)["message"].(string)
+				require.True(t, strings.HasPrefix(msg, tc.message), msg)
+			}
+		})
+	}
+	r := e.do("POST", "/v1/webhooks", key, map[string]any{"url": "https://8.8.8.8/hooks", "events": []string{"*"}, "filter": 5})
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	require.Equal(t, "filter", r.errField())
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM webhooks`), "nothing refused was stored")
+}
