@@ -1,7 +1,8 @@
 // Command dlq owns hookline's dead-letter side: it consumes the dead-letter
 // queue and records exhausted deliveries and poison messages (announcing
 // them to their owners), sweeps up exhausted deliveries whose dead letter
-// was lost, runs batch retries and data retention, and exports the queue
+// was lost, disables endpoints that keep failing, runs batch retries and
+// recoveries and data retention, and exports the queue
 // depth, DLQ size and batch gauges. It serves /metrics, /healthz and
 // /readyz on METRICS_ADDR and stops gracefully on SIGTERM. With a command
 // (dlq help) it is instead the operator's client for the DLQ routes.
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/hookline/hookline/internal/autodisable"
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/dlq"
@@ -68,12 +70,14 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 	batches := dlq.NewRunner(deps.PG, dispatcher, log, cfg.DLQ.BatchConcurrency, cfg.DLQ.BatchClaimTimeout.D())
 	batches.ConcurrencyPerTenant = cfg.DLQ.BatchConcurrencyPerTenant
 	batches.Tracer = tracer
+	disabler := autodisable.New(deps.PG, dispatcher, log, cfg.DLQ.AutoDisable.Interval.D(), cfg.DLQ.AutoDisable.CircuitReopens)
 	// The dispatcher stops after everything that creates deliveries.
 	return []process.Part{
 		{Name: "outbox dispatcher", Run: dispatcher.Run},
 		{Name: "dead-letter consumer", Run: consumer.Run},
 		{Name: "lost-delivery sweeper", Run: dlq.NewSweeper(deps.PG, dispatcher, log).Run},
 		{Name: "batch runner", Run: batches.Run},
+		{Name: "auto-disabler", Run: disabler.Run},
 		{Name: "gauges", Run: gauges.Run},
 		{Name: "partitioner", Run: partitions},
 		{Name: "retention", Run: retention.New(deps.PG, cfg.Retention, log).Run},

@@ -1,6 +1,7 @@
 // Package audit records security-relevant actions of tenants and operators
 // (tenant and key creation, key revocation, secret rotation, webhook
-// deletion, breaker overrides, retries and replays) in the audit_log table,
+// deletion, breaker overrides, retries, recoveries and replays, and the
+// automatic disabling of failing endpoints) in the audit_log table,
 // and lists a tenant's own rows.
 //
 // Who acts travels in the request context (WithActor), so that stores can
@@ -32,6 +33,10 @@ const (
 	BatchRetryCreated  = "dlq.batch_retry_created"
 	BatchRetryCanceled = "dlq.batch_retry_cancelled"
 	EventReplayed      = "event.replayed"
+	// WebhookAutoDisabled is written by hookline itself (no actor) when it
+	// disables an endpoint that kept failing.
+	WebhookAutoDisabled = "webhook.auto_disabled"
+	RecoveryCreated     = "webhook.recovery_created"
 )
 
 // Actor is who performs an action: a tenant API key, or the admin token

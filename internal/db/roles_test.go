@@ -173,6 +173,12 @@ func TestWorkerRoleGrants(t *testing.T) {
 			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id`, true},
 		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES (uuidv7(), '{tenant}', '{event}', '{webhook}', 'high')`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
+		// What counts towards disabling a failing webhook, and nothing else
+		// of it.
+		{`UPDATE webhooks SET failing_since = now(), circuit_reopens = circuit_reopens + 1 WHERE id = '{webhook}'`, true},
+		{`SELECT id FROM webhooks WHERE id = '{webhook}' FOR UPDATE`, true},
+		{`UPDATE webhooks SET active = false WHERE id = '{webhook}'`, false},
+		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
 	}, refusedToAll...))
 }
 
@@ -210,6 +216,9 @@ func TestAPIRoleGrants(t *testing.T) {
 		{`INSERT INTO circuit_breaker_states (webhook_id, state, forced_state, updated_at) VALUES ('{webhook}', 'closed', 'open', now())
 			ON CONFLICT (webhook_id) DO UPDATE SET forced_state = 'open'`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
+		// Pausing and enabling a webhook records its disabled periods.
+		{`UPDATE webhooks SET active = false, disabled_reason = 'manual', disabled_at = now() WHERE id = '{webhook}'`, true},
+		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
 	}, refusedToAll...))
 }
 
@@ -251,6 +260,13 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`LOCK TABLE ONLY delivery_attempts IN ACCESS EXCLUSIVE MODE`, true},
 		{`SELECT drop_attempt_partition('{old_partition}')`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
+		// Disabling failing webhooks goes through the one function that
+		// does it, audited; recoveries read a webhook's disabled periods.
+		{`SELECT * FROM disable_failing_webhooks(1, 10)`, true},
+		{`UPDATE webhooks SET active = false, disabled_reason = 'auto_disabled', disabled_at = now()`, false},
+		{`INSERT INTO audit_log (id, tenant_id, action, target_type, target_id) VALUES (gen_random_uuid(), '{tenant}', 'x', 'x', 'x')`, true},
+		{`SELECT webhook_id, paused_at, resumed_at FROM webhook_pauses`, true},
+		{`SELECT created_at FROM webhooks`, true},
 	}, refusedToAll...))
 }
 

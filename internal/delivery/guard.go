@@ -251,11 +251,28 @@ func (g *Guard) transition(ctx context.Context, t wire.Task, j job, tr breaker.T
 		g.log.WarnContext(ctx, "circuit state not persisted", "webhook_id", t.WebhookID.String(), "error", err)
 	}
 	g.moveParked(ctx, t, tr, openedAt, sleepMS)
+	g.countReopens(ctx, t, tr)
 	if tr == breaker.Opened || tr == breaker.ClosedAgain {
 		g.recordOwnerEvent(ctx, t, j, tr, now, sleepMS)
 	}
 	g.log.WarnContext(ctx, "circuit breaker transition", "tenant_id", t.TenantID.String(), "webhook_id", t.WebhookID.String(),
 		"transition", string(tr), "state", state, "sleep_window_ms", sleepMS)
+}
+
+// reopensSQL counts a webhook's circuit re-openings in a row ($2 true: one
+// more; false: it closed, none), which can disable it (package
+// autodisable).
+const reopensSQL = `UPDATE webhooks SET circuit_reopens = CASE WHEN $2 THEN circuit_reopens + 1 ELSE 0 END
+WHERE id = $1 AND ($2 OR circuit_reopens > 0)`
+
+// countReopens keeps the count of re-openings in a row of t's circuit.
+func (g *Guard) countReopens(ctx context.Context, t wire.Task, tr breaker.Transition) {
+	if tr != breaker.Reopened && tr != breaker.ClosedAgain {
+		return
+	}
+	if _, err := g.pool.Exec(context.WithoutCancel(ctx), reopensSQL, t.WebhookID, tr == breaker.Reopened); err != nil {
+		g.log.WarnContext(ctx, "circuit re-opening not counted", "webhook_id", t.WebhookID.String(), "error", err)
+	}
 }
 
 // moveParked applies a circuit's decision to the deliveries parked behind

@@ -247,7 +247,7 @@ const recordSQL = `WITH input AS (
     FROM input i
     WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
     RETURNING d.id
-)
+), ` + failingSinceCTEs + `
 INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
     status_code, failure_category, error, duration_ms, response_headers, response_body_sample,
     scheduled_at, executed_at)
@@ -255,6 +255,30 @@ SELECT i.delivery_id, i.delivery_created_at, i.n, i.tenant_id, i.webhook_id, i.s
     i.duration_ms, i.headers::jsonb, i.sample, i.scheduled_at, i.executed_at
 FROM input i JOIN upd ON upd.id = i.delivery_id
 RETURNING delivery_id`
+
+// failingSinceCTEs keep each webhook's failing_since (the first failed
+// attempt after its last success, see package autodisable) with the
+// attempts recordSQL records (upd), writing a webhook's row only when it
+// changes: at its first failure after a success, or at a success after
+// failures. A success in the batch clears it, unless failures followed
+// that success. Rows are locked in id order, so that batches touching the
+// same webhooks wait for each other instead of deadlocking.
+const failingSinceCTEs = `recorded AS (
+    SELECT i.webhook_id, i.executed_at, i.status = 'succeeded' AS ok FROM input i JOIN upd ON upd.id = i.delivery_id
+), health AS (
+    SELECT r.webhook_id, bool_or(r.ok) AS any_ok,
+        min(r.executed_at) FILTER (WHERE NOT r.ok AND r.executed_at > (
+            SELECT coalesce(max(s.executed_at), '-infinity') FROM recorded s WHERE s.webhook_id = r.webhook_id AND s.ok)) AS failing_from
+    FROM recorded r GROUP BY r.webhook_id
+), changed AS (
+    SELECT w.id, h.any_ok, h.failing_from FROM webhooks w JOIN health h ON h.webhook_id = w.id
+    WHERE CASE WHEN h.any_ok THEN w.failing_since IS DISTINCT FROM h.failing_from ELSE w.failing_since IS NULL END
+    ORDER BY w.id
+    FOR UPDATE OF w
+), failing AS (
+    UPDATE webhooks w SET failing_since = CASE WHEN c.any_ok THEN c.failing_from ELSE coalesce(w.failing_since, c.failing_from) END
+    FROM changed c WHERE w.id = c.id
+)`
 
 // recordBatch stores attempts; each result says whether that attempt was
 // recorded (false: another worker recorded this attempt number first).

@@ -41,7 +41,7 @@ var (
 // notify.Types, which imports this package).
 var notificationTypes = map[string][]string{
 	"worker": {"webhook.circuit_opened", "webhook.circuit_recovered"},
-	"dlq":    {"webhook.delivery_exhausted"},
+	"dlq":    {"webhook.delivery_exhausted", "webhook.endpoint_disabled"},
 }
 
 // Init prepares the metrics of one process: it exports at zero the series

@@ -1,6 +1,6 @@
 // Package notify records owner notifications: events of the tenant's own
 // (webhook.delivery_exhausted, webhook.circuit_opened,
-// webhook.circuit_recovered) about its endpoints, fanned out like any event
+// webhook.circuit_recovered, webhook.endpoint_disabled) about its endpoints, fanned out like any event
 // to the tenant's webhooks subscribed to them.
 //
 // Notifications never loop. A notification is never delivered to the
@@ -33,10 +33,11 @@ const (
 	DeliveryExhausted = "webhook.delivery_exhausted"
 	CircuitOpened     = "webhook.circuit_opened"
 	CircuitRecovered  = "webhook.circuit_recovered"
+	EndpointDisabled  = "webhook.endpoint_disabled"
 )
 
 // Types lists every notification event type.
-var Types = []string{DeliveryExhausted, CircuitOpened, CircuitRecovered}
+var Types = []string{DeliveryExhausted, CircuitOpened, CircuitRecovered, EndpointDisabled}
 
 // ReservedPrefix starts every notification type; tenants may not publish
 // event types under it.

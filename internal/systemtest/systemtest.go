@@ -67,6 +67,10 @@ type Options struct {
 	// Tracer traces the api, the worker and the dlq parts, as processes
 	// with tracing on do; the zero Tracer: tracing off.
 	Tracer tracing.Tracer
+	// CircuitReopens is dlq.auto_disable.circuit_reopens of the dlq part
+	// that disables failing webhooks (it looks every 100 ms); 0: the
+	// configured default.
+	CircuitReopens int
 }
 
 // System is a running system.
@@ -107,7 +111,7 @@ func Start(t testing.TB, o Options) *System {
 	s.Stack.WithTracer(o.Tracer)
 	parts := append([]supervisor.Part{{Name: "rabbitmq", Run: conn.Run}}, s.Stack.Parts()...)
 	if o.Workers > 0 {
-		parts = append(parts, s.dlqParts(conn, o.Log, o.Tracer)...)
+		parts = append(parts, s.dlqParts(conn, o)...)
 		parts = append(parts, s.workerParts(conn, o)...)
 	}
 	supervisortest.Start(t, o.Log, parts...)

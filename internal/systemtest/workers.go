@@ -1,10 +1,11 @@
 package systemtest
 
 import (
-	"log/slog"
 	"time"
 
+	"github.com/hookline/hookline/internal/autodisable"
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/netguard"
@@ -13,7 +14,6 @@ import (
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/supervisor"
-	"github.com/hookline/hookline/internal/tracing"
 )
 
 // workerParts are the worker process's parts: the delivery worker and its
@@ -39,9 +39,10 @@ func (s *System) workerParts(conn *queue.Conn, o Options) []supervisor.Part {
 }
 
 // dlqParts are the dlq process's parts that tests need: the dead-letter
-// recorder and the batch runner; with Options.Roles, with an outbox
-// dispatcher of their own on their role's pool.
-func (s *System) dlqParts(conn *queue.Conn, log *slog.Logger, tracer tracing.Tracer) []supervisor.Part {
+// recorder, the batch runner and the auto-disabler; with Options.Roles,
+// with an outbox dispatcher of their own on their role's pool.
+func (s *System) dlqParts(conn *queue.Conn, o Options) []supervisor.Part {
+	log, tracer := o.Log, o.Tracer
 	var parts []supervisor.Part
 	dispatcher := s.Stack.Dispatcher
 	if s.DLQPool != s.APIPool {
@@ -52,7 +53,13 @@ func (s *System) dlqParts(conn *queue.Conn, log *slog.Logger, tracer tracing.Tra
 		Prefetch: 8, Concurrency: 2, Grace: time.Second}, dlq.NewRecorder(s.DLQPool, dispatcher, log).WithTracer(tracer).Handle)
 	batches := dlq.NewRunner(s.DLQPool, dispatcher, log, 2, 2*time.Second)
 	batches.Poll, batches.Tracer = 100*time.Millisecond, tracer
+	reopens := o.CircuitReopens
+	if reopens == 0 {
+		reopens = config.Default().DLQ.AutoDisable.CircuitReopens
+	}
+	disabler := autodisable.New(s.DLQPool, dispatcher, log, 100*time.Millisecond, reopens)
 	return append(parts,
 		supervisor.Part{Name: "dead-letter consumer", Run: recorder.Run},
-		supervisor.Part{Name: "batch runner", Run: batches.Run})
+		supervisor.Part{Name: "batch runner", Run: batches.Run},
+		supervisor.Part{Name: "auto-disabler", Run: disabler.Run})
 }
