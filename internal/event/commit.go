@@ -24,9 +24,15 @@ type pending struct {
 	// trace is the publish's trace context, stored with the event; zero
 	// with tracing off.
 	trace tracing.Parent
+	// view is the tenant's filtered webhooks the event was evaluated
+	// against, and refused those whose filter refused it.
+	view    *filterView
+	refused []uuid.UUID
 
 	inserted bool
-	tasks    []wire.Task
+	// stale: not inserted, the view being out of date.
+	stale bool
+	tasks []wire.Task
 }
 
 // committer is the group commit of the publish path: events published at
@@ -83,6 +89,8 @@ func (c *committer) exec(ctx context.Context, batch []*pending) error {
 	parents, states := make([]string, n), make([]string, n)
 	created := make([]time.Time, n)
 	byID := make(map[uuid.UUID]*pending, n)
+	views := newViewArgs()
+	var refusedEvents, refusedHooks []uuid.UUID
 	for i, p := range batch {
 		ids[i], tenants[i] = p.id, p.tenantID
 		types[i], sources[i], keys[i] = p.req.EventType, p.req.Source, p.req.IdempotencyKey
@@ -91,21 +99,30 @@ func (c *committer) exec(ctx context.Context, batch []*pending) error {
 		parents[i], states[i] = p.trace.TraceParent, p.trace.TraceState
 		created[i] = p.createdAt
 		byID[p.id] = p
-		p.inserted, p.tasks = false, nil
+		p.inserted, p.stale, p.tasks = false, false, nil
+		views.add(p.view)
+		for _, h := range p.refused {
+			refusedEvents, refusedHooks = append(refusedEvents, p.id), append(refusedHooks, h)
+		}
 	}
 	rows, err := c.pool.Query(ctx, publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
-		parents, states)
+		parents, states, views.of(batch), views.numbers, views.tenants, views.knownView, views.knownHook, views.knownVersion,
+		refusedEvents, refusedHooks)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var evID uuid.UUID
-		var delID, hookID *uuid.UUID
-		if err := rows.Scan(&evID, &delID, &hookID); err != nil {
+		var evID, delID, hookID *uuid.UUID
+		var stale *int32
+		if err := rows.Scan(&evID, &delID, &hookID, &stale); err != nil {
 			return fmt.Errorf("scan fan-out: %w", err)
 		}
-		p := byID[evID]
+		if stale != nil {
+			views.markStale(batch, *stale)
+			continue
+		}
+		p := byID[*evID]
 		if p == nil {
 			continue
 		}

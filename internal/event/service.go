@@ -40,11 +40,14 @@ type Service struct {
 	cacheDownUntil atomic.Int64
 	// tracer traces publishes and replays; the zero Tracer: tracing off.
 	tracer tracing.Tracer
+	// filters holds the tenants' webhook filters for fan-out.
+	filters *filterViews
 }
 
 // NewService returns a Service. rdb may be nil (no Redis fast path).
 func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dispatcher, log *slog.Logger) *Service {
-	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool)}
+	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool),
+		filters: newFilterViews(pool, log)}
 }
 
 // WithTracer makes the service trace publishes and replays with t. Call it
@@ -60,18 +63,30 @@ func (s *Service) WithTracer(t tracing.Tracer) *Service {
 // (or repeats within the batch) are skipped and return no row; each
 // inserted event returns one row of its own and one per delivery (a union,
 // not a join of the two lists, which Postgres would run as a nested loop:
-// events times deliveries). Webhook filters are matched by webhook.FilterSQL.
+// events times deliveries). Event types are matched by webhook.FilterSQL;
+// payload filters were evaluated before (see filters.go): each event names
+// the view of its tenant's filtered webhooks it was evaluated against
+// ($13; views $14-$15, their webhooks' versions $16-$18) and the webhooks
+// that refused it ($19-$20). The events of a stale view are left out, and
+// the view is returned in the fourth column.
 var publishSQL = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                         $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[])
+                         $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::int[])
         AS t(id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
-             traceparent, tracestate)
+             traceparent, tracestate, view)
+), views AS (
+    SELECT * FROM unnest($14::int[], $15::uuid[]) AS v(view, tenant_id)
+), known AS (
+    SELECT * FROM unnest($16::int[], $17::uuid[], $18::timestamptz[]) AS k(view, webhook_id, updated_at)
+), ` + staleViewsSQL + `, refused AS (
+    SELECT * FROM unnest($19::uuid[], $20::uuid[]) AS r(event_id, webhook_id)
 ), ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
                         traceparent, tracestate)
     SELECT id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data::json, correlation_id, created_at,
            nullif(traceparent, ''), nullif(tracestate, '')
     FROM input
+    WHERE NOT EXISTS (SELECT 1 FROM stale WHERE stale.view = input.view)
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING id, tenant_id, event_type, priority, created_at
 ), ins AS (
@@ -79,11 +94,23 @@ var publishSQL = `WITH input AS (
     SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + webhook.OrderKeySQL("w", "ev.event_type") + `
     FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL
     WHERE ` + webhook.FilterSQL("w.events", "ev.event_type") + `
+      AND (w.filter = '' OR NOT EXISTS (SELECT 1 FROM refused r WHERE r.event_id = ev.id AND r.webhook_id = w.id))
     RETURNING id, event_id, webhook_id
 )
-SELECT id, NULL::uuid, NULL::uuid FROM ev
+SELECT id, NULL::uuid, NULL::uuid, NULL::int FROM ev
 UNION ALL
-SELECT event_id, id, webhook_id FROM ins`
+SELECT event_id, id, webhook_id, NULL FROM ins
+UNION ALL
+SELECT NULL, NULL, NULL, view FROM stale`
+
+// staleViewsSQL is the CTE stale: the views (of CTE views: view,
+// tenant_id) that do not hold every active filtered webhook of their
+// tenant at its current version (CTE known: view, webhook_id, updated_at).
+const staleViewsSQL = `stale AS (
+    SELECT DISTINCT v.view FROM views v JOIN webhooks w ON w.tenant_id = v.tenant_id
+    WHERE w.filter <> '' AND w.deleted_at IS NULL AND w.active
+      AND NOT EXISTS (SELECT 1 FROM known k WHERE k.view = v.view AND k.webhook_id = w.id AND k.updated_at = w.updated_at)
+)`
 
 const existingSQL = `SELECT e.id, e.request_hash, e.event_type, e.priority, e.created_at,
     (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)
@@ -139,7 +166,7 @@ func (s *Service) publish(ctx context.Context, tenantID uuid.UUID, r Request) (R
 	if s.tracer.On() {
 		p.trace = tracing.ParentOf(ctx)
 	}
-	if err := s.commits.submit(ctx, p); err != nil {
+	if err := s.commit(ctx, p); err != nil {
 		return Result{}, err
 	}
 	span.AddEvent("committed")
@@ -155,6 +182,34 @@ func (s *Service) publish(ctx context.Context, tenantID uuid.UUID, r Request) (R
 		s.remember(ctx, tenantID, res, hash)
 	}
 	return res, nil
+}
+
+// maxStaleViews bounds how often one publish finds the view of its
+// tenant's filters stale: each time, a webhook's filter changed between
+// the view's load and the commit.
+const maxStaleViews = 3
+
+// commit evaluates the tenant's webhook filters on p and submits it to the
+// group commit; again, with the view loaded afresh, while the view it was
+// evaluated against turns out stale.
+func (s *Service) commit(ctx context.Context, p *pending) error {
+	for attempt := 0; ; attempt++ {
+		view, err := s.filters.view(ctx, p.tenantID, attempt > 0)
+		if err != nil {
+			return err
+		}
+		p.view = view
+		p.refused = view.refused(p.req.EventType, p.req.Source, p.req.Data, s.log)
+		if err := s.commits.submit(ctx, p); err != nil {
+			return err
+		}
+		if !p.stale {
+			return nil
+		}
+		if attempt == maxStaleViews {
+			return fmt.Errorf("publish: the tenant's webhook filters changed at each of %d attempts", attempt+1)
+		}
+	}
 }
 
 // Run commits published events until ctx ends, then commits what is still

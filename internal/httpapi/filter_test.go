@@ -104,3 +104,28 @@ func TestWebhookFilterRefused(t *testing.T) {
 	require.Equal(t, "filter", r.errField())
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM webhooks`), "nothing refused was stored")
 }
+
+// The answer of a publish counts only the webhooks whose filter matched;
+// a filter failing on the event does not fail the publish.
+func TestPublishCountsOnlyMatchingWebhooks(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	_, key := e.tenantKey("acme")
+	e.createWebhook(key, map[string]any{"events": []string{"order.*"}})
+	e.createWebhook(key, map[string]any{"events": []string{"order.*"}, "filter": `data.amount > 100 && data.currency == "EUR"`})
+	e.createWebhook(key, map[string]any{"events": []string{"order.*"}, "filter": `data.customer.tier == "gold"`})
+
+	for _, tc := range []struct {
+		data       string
+		deliveries float64
+	}{
+		{`{"amount": 150, "currency": "EUR", "customer": {"tier": "gold"}}`, 3},
+		{`{"amount": 150, "currency": "EUR"}`, 2},
+		{`{"amount": 15, "currency": "EUR", "customer": {"tier": "silver"}}`, 1},
+	} {
+		r := e.do("POST", "/v1/events", key, `{"event_type": "order.created", "data": `+tc.data+`}`)
+		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+		require.Equal(t, tc.deliveries, r.Body["deliveries"], tc.data)
+		require.Equal(t, int(tc.deliveries), e.count(`SELECT count(*) FROM deliveries WHERE event_id = $1`, r.Body["id"]))
+	}
+}

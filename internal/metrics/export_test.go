@@ -13,6 +13,7 @@ var KnownValues = map[string][]string{
 	"RetentionPruned":      retentionKinds,
 	"OwnerNotifications":   notificationOutcomes,
 	"RateLimitHits":        {"publish", "delivery"},
+	"FilterErrors":         filterErrorReasons,
 }
 
 // NotificationTypes gives the tests the owner notification types Init

@@ -80,6 +80,10 @@ var (
 		Namespace: Namespace, Name: "outbox_lag_seconds",
 		Help: "Age of the oldest committed delivery not yet confirmed as enqueued.",
 	})
+	FilterErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "filter_errors_total",
+		Help: "Webhook payload filters that failed on an event (and so did not match it), by reason: error (a missing field, a wrong type) or cost_limit (cut off).",
+	}, []string{"reason"})
 	IdempotencyCache = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "idempotency_cache_total",
 		Help: "Redis idempotency fast-path lookups by result: hit, miss, error.",

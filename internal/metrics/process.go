@@ -35,6 +35,7 @@ var (
 	deadLetterReasons    = []string{"exhausted", "poison", "gone", "malformed", "swept"}
 	retentionKinds       = []string{"attempts", "attempt_partitions", "deliveries", "payloads", "events"}
 	notificationOutcomes = []string{"created", "suppressed"}
+	filterErrorReasons   = []string{"error", "cost_limit"}
 )
 
 // Owner notification types by the process that records them (the values of
@@ -59,6 +60,7 @@ func Init(p Process) {
 		touch(PublishRequests, publishOutcomes)
 		touch(IdempotencyCache, idempotencyResults)
 		touch(RateLimitHits, []string{"publish"})
+		touch(FilterErrors, filterErrorReasons)
 		touch(WebhooksDisabled, []string{"manual"})
 	case "worker":
 		touch(DeliveriesPostponed, postponeReasons)
@@ -71,6 +73,7 @@ func Init(p Process) {
 	case "dlq":
 		touch(DeadLettered, deadLetterReasons)
 		touch(RetentionPruned, retentionKinds)
+		touch(FilterErrors, filterErrorReasons)
 		touch(WebhooksDisabled, []string{"auto_disabled"})
 		RetentionInterval.Set(p.RetentionInterval.Seconds())
 	}

@@ -99,6 +99,7 @@ func TestInit(t *testing.T) {
 		{"hookline_dead_lettered_total", "reason", metrics.KnownValues["DeadLettered"]},
 		{"hookline_retention_pruned_total", "kind", metrics.KnownValues["RetentionPruned"]},
 		{"hookline_rate_limit_hits_total", "scope", metrics.KnownValues["RateLimitHits"]},
+		{"hookline_filter_errors_total", "reason", metrics.KnownValues["FilterErrors"]},
 		{"hookline_owner_notifications_total", "event_type", notify.Types},
 	} {
 		for _, v := range c.values {
