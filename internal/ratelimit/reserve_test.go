@@ -244,8 +244,10 @@ func TestQueueReserve(t *testing.T) {
 	require.NoError(t, err)
 	second, err := f.l.QueueReserve(f.ctx, pipe, t0, b)
 	require.NoError(t, err)
-	_, err = pipe.Exec(f.ctx)
-	require.NoError(t, err)
+	// As the worker does, each command's outcome is read from the command:
+	// a test of this package flushing the script cache at this moment makes
+	// Exec report NOSCRIPT, which Result recovers from.
+	_, _ = pipe.Exec(f.ctx)
 	require.Equal(t, int64(1), incr.Val())
 	at, err := first.Result()
 	require.NoError(t, err)
