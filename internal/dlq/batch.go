@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookline/hookline/internal/filter"
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/supervisor"
@@ -53,6 +54,10 @@ type Runner struct {
 	ClaimTimeout time.Duration
 	// Poll is how often the runner looks for work and updates outcomes.
 	Poll time.Duration
+
+	// programs holds the compiled payload filters of the webhooks whose
+	// deliveries the runner retries.
+	programs *filter.Cache
 }
 
 // NewRunner returns a runner named after the host and process id, running
@@ -60,7 +65,8 @@ type Runner struct {
 func NewRunner(pool *pgxpool.Pool, d dispatcher, log *slog.Logger, concurrency int, claimTimeout time.Duration) *Runner {
 	host, _ := os.Hostname()
 	return &Runner{pool: pool, dispatch: d, log: log, ID: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
-		Concurrency: concurrency, ConcurrencyPerTenant: 1, ClaimTimeout: claimTimeout, Poll: time.Second}
+		Concurrency: concurrency, ConcurrencyPerTenant: 1, ClaimTimeout: claimTimeout, Poll: time.Second,
+		programs: filter.NewCache(0)}
 }
 
 // Run claims and runs batches, and keeps their outcome counts current,
@@ -202,7 +208,8 @@ const heartbeatSQL = `UPDATE batch_operations SET heartbeat_at = now()
 WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
 
 const chunkSQL = `SELECT d.id, d.event_id, d.webhook_id, e.correlation_id,
-    w.active AND w.deleted_at IS NULL AND e.data IS NOT NULL, coalesce(e.traceparent, ''), coalesce(e.tracestate, '')
+    w.active AND w.deleted_at IS NULL AND e.data IS NOT NULL, coalesce(e.traceparent, ''), coalesce(e.tracestate, ''),
+    ` + filterColumnsSQL + `
 FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
 WHERE ` + setWhere + `
   AND d.id <= @upto AND (@after::uuid IS NULL OR d.id > @after::uuid)
@@ -269,10 +276,12 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		corr               string
 		deliverable        bool
 		origin             tracing.Parent
+		filtered           filteredEvent
 	}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
 		var k cand
-		return k, row.Scan(&k.id, &k.event, &k.webhook, &k.corr, &k.deliverable, &k.origin.TraceParent, &k.origin.TraceState)
+		return k, row.Scan(&k.id, &k.event, &k.webhook, &k.corr, &k.deliverable, &k.origin.TraceParent, &k.origin.TraceState,
+			&k.filtered.expr, &k.filtered.eventType, &k.filtered.source, &k.filtered.data)
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("select chunk: %w", err)
@@ -286,7 +295,9 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 	var events, hooks, origs []uuid.UUID
 	corr := map[uuid.UUID]string{}
 	for _, k := range cands {
-		if k.deliverable {
+		// A delivery whose webhook's filter refuses its event now is
+		// skipped, like one whose webhook is inactive.
+		if k.deliverable && r.filterCheck().passes(k.filtered, k.webhook) {
 			events, hooks, origs = append(events, k.event), append(hooks, k.webhook), append(origs, k.id)
 			corr[k.event] = k.corr
 			tracing.LinkFrom(ctx, k.origin)

@@ -34,6 +34,9 @@ var (
 	ErrInactive        = errors.New("the webhook is inactive: activate it before retrying its deliveries")
 	ErrPayloadPruned   = errors.New("the event's payload was removed by retention: it cannot be delivered again")
 	ErrFinished        = errors.New("the batch operation has already finished")
+	// ErrFilteredOut: the webhook's payload filter, as it is now, does not
+	// let the event through.
+	ErrFilteredOut = errors.New("the webhook's filter does not match the event: change the filter to retry the delivery")
 )
 
 // dispatcher takes committed deliveries to the broker (outbox.Dispatcher).
@@ -46,11 +49,12 @@ type Store struct {
 	pool     *pgxpool.Pool
 	dispatch dispatcher
 	tracer   tracing.Tracer
+	filters  filterCheck
 }
 
 // NewStore returns a Store that hands new deliveries to d.
 func NewStore(pool *pgxpool.Pool, d dispatcher) *Store {
-	return &Store{pool: pool, dispatch: d}
+	return &Store{pool: pool, dispatch: d, filters: newFilterCheck()}
 }
 
 // WithTracer makes every single retry a span, linked to the trace of the
@@ -83,7 +87,7 @@ var retryTargetSQL = `SELECT d.status, d.event_id, d.created_at, e.correlation_i
     EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id AND r.status IN ('pending', 'retrying')),
     EXISTS (SELECT 1 FROM deliveries r WHERE r.event_id = d.event_id AND r.webhook_id = d.webhook_id
             AND r.status = 'succeeded'),
-    ` + webhook.OrderKeySQL("w", "e.event_type") + `
+    ` + webhook.OrderKeySQL("w", "e.event_type") + `, ` + filterColumnsSQL + `
 FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
 WHERE d.id = $1 AND d.tenant_id = $2 AND d.webhook_id = $3
 FOR UPDATE OF d`
@@ -109,6 +113,8 @@ type retryTarget struct {
 	orderKey                                    *string
 	// trace is the trace context of the event's publish.
 	trace tracing.Parent
+	// filtered is the webhook's payload filter and the event it judges.
+	filtered filteredEvent
 }
 
 // check returns why t cannot be retried, or nil.
@@ -138,7 +144,9 @@ func (s *Store) Retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 // RetryWith gives an exhausted delivery a new delivery of the same event
 // (and so the same idempotency key) to the same webhook, linked to it by
 // retry_of, and enqueues it. The exhausted delivery is left as it was. An
-// entry already resolved is retried only with opts.Force.
+// entry already resolved is retried only with opts.Force; one whose
+// webhook's payload filter, as it is now, refuses the event is not
+// (ErrFilteredOut).
 func (s *Store) RetryWith(ctx context.Context, tenantID, webhookID, deliveryID uuid.UUID, opts RetryOptions) (uuid.UUID, error) {
 	ctx, span := s.tracer.Start(ctx, "hookline.retry", trace.SpanKindInternal)
 	defer span.End()
@@ -168,7 +176,8 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	var t retryTarget
 	err = tx.QueryRow(ctx, retryTargetSQL, deliveryID, tenantID, webhookID).Scan(&t.status, &t.eventID, &t.createdAt,
 		&t.correlation, &t.pruned, &t.trace.TraceParent, &t.trace.TraceState,
-		&t.active, &t.deleted, &t.inFlight, &t.resolved, &t.orderKey)
+		&t.active, &t.deleted, &t.inFlight, &t.resolved, &t.orderKey,
+		&t.filtered.expr, &t.filtered.eventType, &t.filtered.source, &t.filtered.data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, ErrNotFound
 	}
@@ -178,6 +187,9 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	tracing.LinkFrom(ctx, t.trace)
 	if err := t.check(opts.Force); err != nil {
 		return uuid.Nil, err
+	}
+	if !s.filters.passes(t.filtered, webhookID) {
+		return uuid.Nil, ErrFilteredOut
 	}
 	id := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)

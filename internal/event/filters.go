@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -160,15 +161,19 @@ func (v *filterView) refused(eventType, source string, data []byte, log *slog.Lo
 	return out
 }
 
+// errNoProgram is the run-time error of a filter that no longer compiles.
+var errNoProgram = errors.New("the filter does not compile")
+
 // evaluate runs p on ev; a program that does not compile (nil), a payload
 // that cannot be decoded, and a run-time error are no match.
 func evaluate(p *filter.Program, ev *filter.Event, decodeErr error, hook uuid.UUID, log *slog.Logger) bool {
-	if p == nil {
-		return false
-	}
 	err := decodeErr
 	ok := false
-	if err == nil {
+	switch {
+	case err != nil:
+	case p == nil:
+		err = errNoProgram
+	default:
 		ok, err = p.Match(ev)
 	}
 	if err != nil {

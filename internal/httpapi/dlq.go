@@ -249,6 +249,9 @@ func (s *Server) replayEvent(c *gin.Context) {
 	case errors.Is(err, event.ErrWebhookInactive):
 		abort(c, newError(http.StatusConflict, "webhook_inactive", "%s", err.Error()))
 		return
+	case errors.Is(err, event.ErrFilteredOut):
+		abort(c, newError(http.StatusConflict, "filtered_out", "%s", err.Error()))
+		return
 	case err != nil:
 		abort(c, mapEventErr(err))
 		return
@@ -273,6 +276,8 @@ func mapDLQErr(err error) error {
 		return newError(http.StatusConflict, "webhook_inactive", "%s", err.Error())
 	case errors.Is(err, dlq.ErrPayloadPruned):
 		return newError(http.StatusConflict, "payload_pruned", "%s", err.Error())
+	case errors.Is(err, dlq.ErrFilteredOut):
+		return newError(http.StatusConflict, "filtered_out", "%s", err.Error())
 	case errors.Is(err, dlq.ErrFinished):
 		return newError(http.StatusConflict, "batch_finished", "%s", err.Error())
 	}

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -128,4 +130,95 @@ func TestPublishCountsOnlyMatchingWebhooks(t *testing.T) {
 		require.Equal(t, tc.deliveries, r.Body["deliveries"], tc.data)
 		require.Equal(t, int(tc.deliveries), e.count(`SELECT count(*) FROM deliveries WHERE event_id = $1`, r.Body["id"]))
 	}
+}
+
+// seedExhausted stores an event with data and an exhausted delivery of it
+// to hook, and returns the delivery id.
+func (e *apiEnv) seedExhausted(tenantID, hook, data string) string {
+	e.t.Helper()
+	var id string
+	require.NoError(e.t, e.pool.QueryRow(context.Background(), `WITH ev AS (
+    INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+    VALUES (uuidv7(), $1, 'order.created', 'seed-' || gen_random_uuid(), '\x00', 'normal', $3::json)
+    RETURNING id, tenant_id, created_at)
+INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority, attempt_count, failure_category,
+    last_status_code, completed_at, created_at)
+SELECT uuidv7(), tenant_id, id, $2, 'exhausted', 'normal', 5, 'server_error', 500, now(), created_at FROM ev
+RETURNING id::text`, tenantID, hook, data).Scan(&id))
+	return id
+}
+
+// A single retry goes by the webhook's filter as it is now: one that no
+// longer lets the event through (false, or failing on it) is refused with
+// 409 filtered_out and creates nothing; once the filter matches again, the
+// retry is made.
+func TestRetryHonoursTheCurrentFilter(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	tenantID, key := e.tenantKey("acme")
+	hook := e.createWebhook(key, map[string]any{})["id"].(string)
+	d := e.seedExhausted(tenantID, hook, `{"amount": 5, "currency": "EUR"}`)
+	retry := func() resp { return e.do("POST", "/v1/webhooks/"+hook+"/deliveries/"+d+"/retry", key, nil) }
+	patch := func(filter string) {
+		r := e.do("PATCH", "/v1/webhooks/"+hook, key, map[string]any{"filter": filter})
+		require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	}
+
+	for _, refusing := range []string{`data.amount > 100`, `data.customer.tier == "gold"`, `data.currency > 1`} {
+		patch(refusing)
+		r := retry()
+		require.Equal(t, http.StatusConflict, r.Status, "%s: %s", refusing, r.Raw)
+		require.Equal(t, "filtered_out", r.errCode())
+	}
+	require.Equal(t, 1, e.count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1`, hook), "nothing created")
+
+	patch(`data.amount < 100 && data.currency == "EUR"`)
+	r := retry()
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+	require.Equal(t, d, r.Body["retry_of"])
+}
+
+// A replay fans out like a publish, by the filters as they are now; a
+// replay to one webhook ignores its event types but not its filter.
+func TestReplayHonoursTheCurrentFilters(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	_, key := e.tenantKey("acme")
+	hook := func(events []string, filter string) string {
+		return e.createWebhook(key, map[string]any{"events": events, "filter": filter})["id"].(string)
+	}
+	all := hook([]string{"order.*"}, "")
+	big := hook([]string{"order.*"}, `data.amount > 100`)
+	small := hook([]string{"order.*"}, `data.amount < 100`)
+	invoices := hook([]string{"invoice.*"}, `data.amount > 100`)
+
+	r := e.do("POST", "/v1/events", key, map[string]any{"event_type": "order.created", "data": map[string]any{"amount": 500}})
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+	eventID := r.Body["id"].(string)
+	require.ElementsMatch(t, []string{all, big}, e.receivers(eventID))
+
+	for h, filter := range map[string]string{big: `data.amount < 100`, small: `data.amount > 100`} {
+		require.Equal(t, http.StatusOK, e.do("PATCH", "/v1/webhooks/"+h, key, map[string]any{"filter": filter}).Status)
+	}
+	r = e.do("POST", "/v1/events/"+eventID+"/replay", key, nil)
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+	require.Equal(t, 2.0, r.Body["deliveries"])
+	require.ElementsMatch(t, []string{all, small}, e.receivers(r.Body["id"].(string)))
+
+	r = e.do("POST", "/v1/events/"+eventID+"/replay", key, map[string]any{"webhook_id": big})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Raw))
+	require.Equal(t, "filtered_out", r.errCode())
+	r = e.do("POST", "/v1/events/"+eventID+"/replay", key, map[string]any{"webhook_id": invoices})
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+	require.ElementsMatch(t, []string{invoices}, e.receivers(r.Body["id"].(string)), "event types do not decide a targeted replay")
+}
+
+// receivers returns the webhooks the event has deliveries to.
+func (e *apiEnv) receivers(eventID string) []string {
+	e.t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT webhook_id::text FROM deliveries WHERE event_id = $1`, eventID)
+	require.NoError(e.t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(e.t, err)
+	return out
 }
