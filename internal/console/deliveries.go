@@ -116,7 +116,7 @@ func (c *Console) retryDelivery(ctx *gin.Context) {
 		c.deliveryPageWith(ctx, d, http.StatusBadRequest, "Priority: "+fe.Message)
 		return
 	case errors.Is(err, dlq.ErrNotExhausted), errors.Is(err, dlq.ErrRetryInFlight), errors.Is(err, dlq.ErrInactive),
-		errors.Is(err, dlq.ErrPayloadPruned), errors.Is(err, dlq.ErrAlreadyResolved):
+		errors.Is(err, dlq.ErrPayloadPruned), errors.Is(err, dlq.ErrAlreadyResolved), errors.Is(err, dlq.ErrFilteredOut):
 		c.deliveryPageWith(ctx, d, http.StatusConflict, "Not retried: "+err.Error()+".")
 		return
 	case err != nil:
@@ -153,7 +153,7 @@ func (c *Console) replayEvent(ctx *gin.Context) {
 	case errors.Is(err, event.ErrNotFound), errors.Is(err, event.ErrWebhookNotFound):
 		c.notFound(ctx)
 		return
-	case errors.Is(err, event.ErrPayloadPruned), errors.Is(err, event.ErrWebhookInactive):
+	case errors.Is(err, event.ErrPayloadPruned), errors.Is(err, event.ErrWebhookInactive), errors.Is(err, event.ErrFilteredOut):
 		c.replayRefused(ctx, "Not replayed: "+err.Error()+".")
 		return
 	case err != nil:
