@@ -59,6 +59,7 @@ func main() {
 	tracings := flag.String("tracing", "", "comma-separated tracing configurations to compare: off, or the share of new traces sampled (1 for 100 %, 0.01 for 1 %); empty: off, not reported")
 	rounds := flag.Int("rounds", 1, "with -tracing: how many times to run every configuration, interleaved")
 	otlp := flag.String("otlp", "http://127.0.0.1:4318", "with -tracing: the OTLP/HTTP receiver spans are exported to (go run ./bench/otlpsink)")
+	idleWait := flag.Duration("idle-wait", 0, "before each rate, wait at most this long for the machine to be less than 0.3 cores busy (other work on a shared machine); 0: do not wait")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -103,7 +104,7 @@ func main() {
 	}
 	for round := range max(*rounds, 1) {
 		for _, tc := range configs {
-			rows, err := measure(opts, strings.TrimSpace(tc), *otlp, addr, *orderings, *rates, *duration, *payload, *hooks, rc)
+			rows, err := measure(opts, strings.TrimSpace(tc), *otlp, addr, *orderings, *rates, *duration, *payload, *hooks, *idleWait, rc)
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func main() {
 // measure runs every ordering and rate on a system of its own, traced as
 // tc says ("" or "off": not traced; else the share of traces sampled),
 // and returns the table's rows.
-func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time.Duration, payload, hooks int, rc *receiver) ([][]string, error) {
+func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time.Duration, payload, hooks int, idle time.Duration, rc *receiver) ([][]string, error) {
 	provider, err := tracerProvider(tc, otlp)
 	if err != nil {
 		return nil, err
@@ -150,6 +151,7 @@ func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time
 			if err != nil || rate <= 0 {
 				return nil, fmt.Errorf("bad rate %q", r)
 			}
+			waitQuiet(idle)
 			before, busyBefore, spansBefore, machine := report.SampleCPU(), hostBusy(), sinkCount(otlp, tc), report.MachineTicks()
 			res := run(sys, rc, key, rate, d, payload, hooks)
 			// What the batches still hold is exported, and counted, before
@@ -169,6 +171,18 @@ func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time
 		}
 	}
 	return rows, provider.Shutdown(context.Background())
+}
+
+// waitQuiet waits, at most limit, until the machine is less than 0.3
+// cores busy over a second.
+func waitQuiet(limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		t0 := report.MachineTicks()
+		time.Sleep(time.Second)
+		if float64(report.MachineTicks()-t0)/100 < 0.3 {
+			return
+		}
+	}
 }
 
 // tracerProvider is the tracing of configuration tc, exporting to otlp as
