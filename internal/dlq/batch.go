@@ -24,7 +24,8 @@ import (
 	"github.com/hookline/hookline/internal/wire"
 )
 
-// Runner runs batch retries in a dlq process. Several dlq processes may
+// Runner runs batch operations (batch retries and recoveries, see
+// recover.go) in a dlq process. Several dlq processes may
 // run: each batch is claimed by one, which heartbeats while it works; a
 // batch whose heartbeat stops for ClaimTimeout is taken over by another
 // (or the restarted) process and resumes from its checkpoint.
@@ -113,8 +114,12 @@ var errLost = errors.New("batch operation cancelled or claimed elsewhere")
 // cancelled, loses its claim, or ctx ends.
 func (r *Runner) run(ctx context.Context, c claim) {
 	log := r.log.With("batch_operation_id", c.id.String(), "tenant_id", c.tenantID.String())
-	if c.upto == nil {
-		done, err := r.snapshot(ctx, &c)
+	if c.upto == nil && c.uptoEvent == nil {
+		snapshot := r.snapshot
+		if c.kind == KindRecover {
+			snapshot = r.snapshotRecovery
+		}
+		done, err := snapshot(ctx, &c)
 		if err != nil {
 			r.stop(ctx, log, err)
 			return
@@ -207,14 +212,21 @@ func (r *Runner) snapshot(ctx context.Context, c *claim) (bool, error) {
 const heartbeatSQL = `UPDATE batch_operations SET heartbeat_at = now()
 WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
 
-const chunkSQL = `SELECT d.id, d.event_id, d.webhook_id, e.correlation_id,
+// A chunk selects the next deliveries d to retry after the checkpoint
+// (@after), up to the batch's last one (@upto): chunkSelect, the
+// condition of the batch's set, then chunkOrder.
+const (
+	chunkSelect = `SELECT d.id, d.event_id, d.webhook_id, e.correlation_id,
     w.active AND w.deleted_at IS NULL AND e.data IS NOT NULL, coalesce(e.traceparent, ''), coalesce(e.tracestate, ''),
     ` + filterColumnsSQL + `
 FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d.webhook_id
-WHERE ` + setWhere + `
+WHERE `
+	chunkOrder = `
   AND d.id <= @upto AND (@after::uuid IS NULL OR d.id > @after::uuid)
 ORDER BY d.id
 LIMIT @limit`
+	chunkSQL = chunkSelect + setWhere + chunkOrder
+)
 
 // insertBatchRetriesSQL creates the retries of a page, each with the order
 // key its webhook's ordering gives it now (the rule publishing uses), so
@@ -265,9 +277,11 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 	if tag.RowsAffected() == 0 {
 		return 0, false, errLost
 	}
-	args := c.filter.Args(c.tenantID)
-	args["started_at"], args["upto"], args["after"], args["limit"] = c.startedAt, *c.upto, c.last, limit
-	rows, err := tx.Query(ctx, chunkSQL, args)
+	if c.kind == KindRecover && !c.retryingFailed() {
+		return r.missedChunk(ctx, tx, c, limit)
+	}
+	query, args := c.selection(limit)
+	rows, err := tx.Query(ctx, query, args)
 	if err != nil {
 		return 0, false, fmt.Errorf("select chunk: %w", err)
 	}
@@ -287,6 +301,9 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		return 0, false, fmt.Errorf("select chunk: %w", err)
 	}
 	if len(cands) == 0 {
+		if c.kind == KindRecover {
+			return r.endFailed(ctx, tx, c)
+		}
 		if _, err := tx.Exec(ctx, finishEnqueueSQL, c.id, r.ID); err != nil {
 			return 0, false, fmt.Errorf("finish batch: %w", err)
 		}

@@ -41,6 +41,12 @@ type claim struct {
 	upto      *uuid.UUID
 	startedAt time.Time
 	last      *uuid.UUID
+	// kind is KindRetry or KindRecover. A recovery's parameters are in
+	// recovery; it walks its failed deliveries (upto, last), then its
+	// missed events (uptoEvent, lastEvent).
+	kind                 string
+	recovery             Recovery
+	uptoEvent, lastEvent *uuid.UUID
 }
 
 // A batch counts against its tenant's cap while its claimant heartbeats
@@ -88,7 +94,8 @@ WHERE id = (
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
   AND (SELECT count(*) FROM batch_operations b WHERE b.tenant_id = @tenant AND ` + runningWhere + `) < @per_tenant
-RETURNING id, tenant_id, filter, requests_per_second, priority, upto_delivery_id, started_at, last_delivery_id`
+RETURNING id, tenant_id, filter, requests_per_second, priority, upto_delivery_id, started_at, last_delivery_id,
+    kind, recovery, upto_event_id, last_event_id`
 
 // claim takes the next batch this runner may run; ok is false when no
 // tenant with a claimable batch has room under the cap.
@@ -128,9 +135,9 @@ func (r *Runner) claimOf(ctx context.Context, args pgx.NamedArgs) (claim, bool, 
 		return claim{}, false, nil
 	}
 	var c claim
-	var filter []byte
+	var filter, recovery []byte
 	err = tx.QueryRow(ctx, claimSQL, args).Scan(&c.id, &c.tenantID, &filter, &c.rps, &c.priority,
-		&c.upto, &c.startedAt, &c.last)
+		&c.upto, &c.startedAt, &c.last, &c.kind, &recovery, &c.uptoEvent, &c.lastEvent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return claim{}, false, nil
 	}
@@ -143,6 +150,12 @@ func (r *Runner) claimOf(ctx context.Context, args pgx.NamedArgs) (claim, bool, 
 	if err := json.Unmarshal(filter, &c.filter); err != nil {
 		r.fail(ctx, c.id, "the batch's filter cannot be read: "+err.Error())
 		return claim{}, false, nil
+	}
+	if c.kind == KindRecover {
+		if err := json.Unmarshal(recovery, &c.recovery); err != nil {
+			r.fail(ctx, c.id, "the recovery's parameters cannot be read: "+err.Error())
+			return claim{}, false, nil
+		}
 	}
 	return c, true, nil
 }

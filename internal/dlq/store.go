@@ -222,9 +222,13 @@ const maxBatchRate = 10_000
 
 // Batch is a batch operation as the API shows it.
 type Batch struct {
-	ID                uuid.UUID                `json:"id"`
-	State             string                   `json:"state"`
+	ID    uuid.UUID `json:"id"`
+	State string    `json:"state"`
+	// Kind is retry (Filter says what it retries) or recover (Recovery
+	// says what it recovers; Filter is empty).
+	Kind              string                   `json:"kind"`
 	Filter            history.DeadLetterFilter `json:"filter"`
+	Recovery          *Recovery                `json:"recovery"`
 	RequestsPerSecond int                      `json:"requests_per_second"`
 	Priority          string                   `json:"priority"`
 	Total             int                      `json:"total"`
@@ -244,18 +248,24 @@ func (b Batch) Final() bool {
 }
 
 const batchColumns = `id, state, filter, requests_per_second, priority, total, processed, skipped, succeeded, failed,
-    error, created_at, started_at, finished_at`
+    error, created_at, started_at, finished_at, kind, recovery`
 
 func scanBatch(row pgx.Row) (Batch, error) {
 	var b Batch
-	var filter []byte
+	var filter, recovery []byte
 	err := row.Scan(&b.ID, &b.State, &filter, &b.RequestsPerSecond, &b.Priority, &b.Total, &b.Processed, &b.Skipped,
-		&b.Succeeded, &b.Failed, &b.Error, &b.CreatedAt, &b.StartedAt, &b.FinishedAt)
+		&b.Succeeded, &b.Failed, &b.Error, &b.CreatedAt, &b.StartedAt, &b.FinishedAt, &b.Kind, &recovery)
 	if err != nil {
 		return Batch{}, err
 	}
 	if err := json.Unmarshal(filter, &b.Filter); err != nil {
 		return Batch{}, fmt.Errorf("decode batch filter: %w", err)
+	}
+	if recovery != nil {
+		b.Recovery = &Recovery{}
+		if err := json.Unmarshal(recovery, b.Recovery); err != nil {
+			return Batch{}, fmt.Errorf("decode recovery: %w", err)
+		}
 	}
 	b.CreatedAt = b.CreatedAt.UTC()
 	for _, t := range []*time.Time{b.StartedAt, b.FinishedAt} {

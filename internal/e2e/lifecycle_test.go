@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,4 +139,95 @@ func TestCircuitReopeningInARowDisables(t *testing.T) {
 	require.Equal(t, "auto_disabled", w["disabled_reason"])
 	// Its delivery is kept, waiting for the webhook, not exhausted.
 	require.Equal(t, 1, s.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1 AND status = 'retrying'`, hook))
+}
+
+// batchOp reads a batch operation.
+func (s *system) batchOp(id string) map[string]any {
+	s.t.Helper()
+	var b map[string]any
+	s.call("GET", "/v1/dlq/batch-operations/"+id, s.key, nil, http.StatusOK, &b)
+	return b
+}
+
+// After an endpoint was disabled automatically and enabled again, a
+// recovery of the window gives its DLQ entry a retry and each event
+// published while it was disabled one delivery, with progress on the batch
+// operation; running it again delivers nothing more.
+func TestRecoveryAfterReEnablingDeliversMissedEventsOnce(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var healthy atomic.Bool
+	var mu sync.Mutex
+	seen := map[string]int{}
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("X-Webhook-Event")+" "+r.Header.Get("X-Idempotency-Key")]++
+		mu.Unlock()
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	})
+	from := time.Now().Add(-time.Second).UTC()
+	hook := s.fastHook(rc.URL, map[string]any{"events": []string{"order.*"}, "auto_disable": map[string]any{"failing_for_ms": 1000}})
+	first := s.publish("order.created", map[string]any{"n": 0})
+	s.waitStatus(s.deliveryOf(first), "exhausted", 15*time.Second)
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		var w map[string]any
+		s.call("GET", "/v1/webhooks/"+hook, s.key, nil, http.StatusOK, &w)
+		return w["disabled_reason"] == "auto_disabled"
+	}, "the webhook to be disabled")
+	for i := range 5 {
+		var r map[string]any
+		s.call("POST", "/v1/events", s.key, map[string]any{"event_type": "order.created", "data": map[string]any{"n": i + 1}},
+			http.StatusAccepted, &r)
+		require.Equal(t, 0.0, r["deliveries"], "no delivery to a disabled webhook")
+	}
+	healthy.Store(true)
+	s.call("PATCH", "/v1/webhooks/"+hook, s.key, map[string]any{"active": true}, http.StatusOK, nil)
+
+	path := "/v1/webhooks/" + hook + "/recover"
+	var counts map[string]any
+	s.call("POST", path, s.key, map[string]any{"from": from, "dry_run": true}, http.StatusOK, &counts)
+	require.Equal(t, 6.0, counts["total"])
+	require.Equal(t, 1.0, counts["recovery"].(map[string]any)["failed"])
+	require.Equal(t, 5.0, counts["recovery"].(map[string]any)["missed"])
+
+	body := map[string]any{"from": from, "include": []string{"failed", "missed"}, "rate_limit": map[string]any{"requests_per_second": 20}}
+	var started map[string]any
+	s.call("POST", path, s.key, body, http.StatusAccepted, &started)
+	id := started["batch_operation_id"].(string)
+	var b map[string]any
+	testwait.Eventually(t, 30*time.Second, func() bool { b = s.batchOp(id); return b["state"] == "completed" },
+		"the recovery to complete")
+	require.Equal(t, 6.0, b["total"])
+	require.Equal(t, 6.0, b["processed"])
+	require.Equal(t, 6.0, b["succeeded"])
+	require.Equal(t, 0.0, b["skipped"])
+
+	mu.Lock()
+	require.Len(t, seen, 6, "every event reached the endpoint")
+	for key, n := range seen {
+		want := 1
+		if key == "order.created "+s.idempotencyKey(first) {
+			want = 2 // its failed attempt, then its retry
+		}
+		require.Equal(t, want, n, key)
+	}
+	mu.Unlock()
+
+	s.call("POST", path, s.key, map[string]any{"from": from, "dry_run": true}, http.StatusOK, &counts)
+	require.Equal(t, 0.0, counts["total"], "nothing left to recover")
+	s.call("POST", path, s.key, body, http.StatusAccepted, &started)
+	id = started["batch_operation_id"].(string)
+	testwait.Eventually(t, 30*time.Second, func() bool { b = s.batchOp(id); return b["state"] == "completed" },
+		"the second recovery to complete")
+	require.Equal(t, 0.0, b["total"])
+	require.Len(t, rc.requests(), 7)
+}
+
+func (s *system) idempotencyKey(eventID string) string {
+	s.t.Helper()
+	var key string
+	require.NoError(s.t, s.Pool.QueryRow(s.t.Context(), `SELECT idempotency_key FROM events WHERE id = $1`, eventID).Scan(&key))
+	return key
 }

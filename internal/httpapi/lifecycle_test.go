@@ -109,3 +109,63 @@ func TestAutoDisableSettings(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	require.Equal(t, "auto_disable.after", r.errField())
 }
+
+// POST /v1/webhooks/{id}/recover: a dry run answers the counts and starts
+// nothing (also for a disabled webhook); otherwise 202 with the batch
+// operation, which says what it recovers. Refusals name the field.
+func TestRecoverRoute(t *testing.T) {
+	t.Parallel()
+	e := newAPI(t)
+	_, key := e.tenantKey("acme")
+	w := e.createWebhook(key, map[string]any{"active": false})
+	path := "/v1/webhooks/" + w["id"].(string) + "/recover"
+	from := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+
+	r := e.do("POST", path, key, map[string]any{"from": from, "dry_run": true})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	require.Equal(t, true, r.Body["dry_run"])
+	require.Equal(t, 0.0, r.Body["total"])
+	rec := r.Body["recovery"].(map[string]any)
+	require.Equal(t, []any{"failed", "missed"}, rec["include"])
+	require.Equal(t, 0.0, rec["failed"])
+	require.Equal(t, 0.0, rec["missed"])
+	require.Zero(t, e.count(`SELECT count(*) FROM batch_operations`))
+
+	r = e.do("POST", path, key, map[string]any{"from": from, "rate_limit": map[string]any{"requests_per_second": 5}})
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Raw))
+	require.Equal(t, "webhook_inactive", r.errCode())
+	require.Equal(t, http.StatusOK, e.do("PATCH", "/v1/webhooks/"+w["id"].(string), key, map[string]any{"active": true}).Status)
+
+	r = e.do("POST", path, key, map[string]any{"from": from, "include": []string{"missed"},
+		"rate_limit": map[string]any{"requests_per_second": 5}})
+	require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
+	op := r.Body["batch_operation"].(map[string]any)
+	require.Equal(t, r.Body["batch_operation_id"], op["id"])
+	require.Equal(t, "recover", op["kind"])
+	require.Equal(t, "pending", op["state"])
+	rec = op["recovery"].(map[string]any)
+	require.Equal(t, w["id"], rec["webhook_id"])
+	require.Equal(t, []any{"missed"}, rec["include"])
+	require.Nil(t, rec["missed"], "counted when it starts")
+	got := e.do("GET", "/v1/dlq/batch-operations/"+op["id"].(string), key, nil)
+	require.Equal(t, "recover", got.Body["kind"])
+
+	for _, tc := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"rate_limit": map[string]any{"requests_per_second": 5}}, "from"},
+		{map[string]any{"from": from, "to": "2000-01-01T00:00:00Z", "rate_limit": map[string]any{"requests_per_second": 5}}, "to"},
+		{map[string]any{"from": from, "include": []string{"lost"}, "rate_limit": map[string]any{"requests_per_second": 5}}, "include[0]"},
+		{map[string]any{"from": from}, "rate_limit.requests_per_second"},
+		{map[string]any{"from": from, "rate_limit": map[string]any{"requests_per_second": 5}, "priority": "urgent"}, "priority"},
+		{map[string]any{"from": from, "since": from}, "since"},
+	} {
+		r := e.do("POST", path, key, tc.body)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%v: %s", tc.body, r.Raw)
+		require.Equal(t, tc.field, r.errField(), "%v", tc.body)
+	}
+	_, other := e.tenantKey("other")
+	r = e.do("POST", path, other, map[string]any{"from": from, "dry_run": true})
+	require.Equal(t, http.StatusNotFound, r.Status)
+}

@@ -169,6 +169,7 @@ func (s *Server) Handler() http.Handler {
 	v1.GET("/webhooks/:id/health", s.webhookHealth)
 	v1.PATCH("/webhooks/:id/circuit-breaker", s.overrideCircuit)
 	v1.POST("/webhooks/:id/deliveries/:delivery_id/retry", s.retryDelivery)
+	v1.POST("/webhooks/:id/recover", s.recoverWebhook)
 	v1.GET("/deliveries/:id", s.getDelivery)
 	v1.POST("/events", s.publishEvent)
 	v1.GET("/events", s.findEvents)

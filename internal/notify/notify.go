@@ -75,12 +75,16 @@ type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// subscribedSQL matches the webhooks w that asked for the notification
-// ev: by a filter that names the reserved prefix itself ("webhook.*",
-// "webhook.circuit_*", ...). A catch-all "*" does not subscribe to
-// notifications.
-var subscribedSQL = `EXISTS (SELECT 1 FROM unnest(w.events) AS f
-    WHERE f LIKE '` + ReservedPrefix + `%' AND ev.event_type LIKE replace(replace(f, '_', '\_'), '*', '%'))`
+// SubscribedSQL is true when the text[] column events asked for the
+// notification of type eventType: by a filter that names the reserved
+// prefix itself ("webhook.*", "webhook.circuit_*", ...). A catch-all "*"
+// does not subscribe to notifications.
+func SubscribedSQL(events, eventType string) string {
+	return `EXISTS (SELECT 1 FROM unnest(` + events + `) AS f
+    WHERE f LIKE '` + ReservedPrefix + `%' AND ` + eventType + ` LIKE replace(replace(f, '_', '\_'), '*', '%'))`
+}
+
+var subscribedSQL = SubscribedSQL("w.events", "ev.event_type")
 
 // recordSQL inserts the notification event and its deliveries in one
 // statement. The deliveries are not marked enqueued: the caller enqueues
