@@ -16,6 +16,7 @@ import (
 // With a TracerProvider, a publish is a span of the trace of the span in
 // its context, and the event stores that trace for its deliveries.
 func TestPublishContinuesTheCallersTrace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
