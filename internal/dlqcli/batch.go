@@ -195,6 +195,10 @@ func (p *progressLine) end() {
 // printBatch writes a batch operation, one field a line.
 func printBatch(w io.Writer, b BatchOperation) {
 	fmt.Fprintf(w, "id           %s\n", b.ID)
+	if r := b.Recovery; r != nil {
+		fmt.Fprintf(w, "recovers     webhook %s, %s, events of %s to %s\n", r.WebhookID, strings.Join(r.Include, " and "),
+			r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "state        %s\n", b.State)
 	fmt.Fprintf(w, "progress     %s\n", RenderProgress(b, barWidth))
 	fmt.Fprintf(w, "created at   %s\n", formatTime(&b.CreatedAt))

@@ -1,7 +1,8 @@
 // Package dlqcli is the operator command line of the dlq binary. Through
 // the api, with a tenant API key, it lists the dead-letter queue, retries
-// one exhausted delivery or a filtered batch of them at a rate, and
-// reports, follows and cancels batch operations. Its Client is the typed
+// one exhausted delivery or a filtered batch of them at a rate, recovers
+// what a webhook failed or missed over a window, and reports, follows and
+// cancels batch operations. Its Client is the typed
 // client of those routes, for reuse by other tools.
 package dlqcli
 
@@ -37,7 +38,7 @@ const defaultAPIURL = "http://127.0.0.1:8080"
 // help), so that the dlq binary can tell one from the service's flags.
 func IsCommand(name string) bool {
 	switch name {
-	case "list", "retry", "batch", "status", "cancel", "help", "-h", "-help", "--help":
+	case "list", "retry", "batch", "recover", "status", "cancel", "help", "-h", "-help", "--help":
 		return true
 	}
 	return false
@@ -52,6 +53,7 @@ Operator commands, through the api with a tenant API key:
   list    list dead-lettered deliveries, then their counts by failure category
   retry   retry one exhausted delivery as a new delivery
   batch   retry every exhausted delivery matching a filter, at a rate
+  recover recover what a webhook failed or missed over a window, at a rate
   status  show a batch operation, or follow it to its end (-follow)
   cancel  cancel a batch operation
   help    show this help, or a command's: dlq help COMMAND
@@ -103,11 +105,12 @@ func (a *app) run(ctx context.Context, args []string) int {
 
 func (a *app) commands() map[string]func(context.Context, []string) int {
 	return map[string]func(context.Context, []string) int{
-		"list":   a.list,
-		"retry":  a.retry,
-		"batch":  a.batch,
-		"status": a.status,
-		"cancel": a.cancel,
+		"list":    a.list,
+		"retry":   a.retry,
+		"batch":   a.batch,
+		"recover": a.recover,
+		"status":  a.status,
+		"cancel":  a.cancel,
 	}
 }
 

@@ -90,10 +90,13 @@ const (
 	StateFailed    = "failed"
 )
 
-// BatchOperation is the progress of a batch retry.
+// BatchOperation is the progress of a batch retry or a recovery.
 type BatchOperation struct {
-	ID         string     `json:"id"`
-	State      string     `json:"state"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Kind is retry or recover; Recovery says what a recovery covers.
+	Kind       string     `json:"kind"`
+	Recovery   *Recovery  `json:"recovery"`
 	Total      int64      `json:"total"`
 	Processed  int64      `json:"processed"`
 	Skipped    int64      `json:"skipped"`

@@ -152,10 +152,11 @@ func (s *system) batchOp(id string) map[string]any {
 // After an endpoint was disabled automatically and enabled again, a
 // recovery of the window gives its DLQ entry a retry and each event
 // published while it was disabled one delivery, with progress on the batch
-// operation; running it again delivers nothing more.
+// operation; running it again delivers nothing more. Each process part runs
+// under its own database role.
 func TestRecoveryAfterReEnablingDeliversMissedEventsOnce(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t)
+	s := newSystem(t, func(o *systemtest.Options) { o.Roles = true })
 	var healthy atomic.Bool
 	var mu sync.Mutex
 	seen := map[string]int{}
