@@ -1,8 +1,8 @@
 // Package console is the operator console served by the api under
 // /console: server-rendered HTML pages (html/template, stylesheet embedded,
 // no JavaScript) to look at webhooks and their delivery history, retry and
-// replay, override circuit breakers, run DLQ batch retries and read the
-// audit log.
+// replay, override circuit breakers, run DLQ batch retries and webhook
+// recoveries, and read the audit log.
 //
 // The console holds no business logic of its own: every action calls the
 // store the REST API calls (dlq.Store, event.Service, breaker.Overrides)
@@ -131,6 +131,7 @@ func (c *Console) Register(g *gin.RouterGroup) {
 	s.GET("/webhooks", c.webhooksPage)
 	s.GET("/webhooks/:id", c.webhookPage)
 	s.POST("/webhooks/:id/circuit-breaker", c.overrideCircuit)
+	s.POST("/webhooks/:id/recover", c.recoverWebhook)
 	s.GET("/deliveries/:id", c.deliveryPage)
 	s.POST("/deliveries/:id/retry", c.retryDelivery)
 	s.POST("/events/:id/replay", c.replayEvent)

@@ -107,6 +107,15 @@ func newBatchRow(b dlq.Batch, urls map[uuid.UUID]string) batchRow {
 			r.Done = 1
 		}
 	}
+	if rec := b.Recovery; rec != nil {
+		hook := rec.WebhookID.String()
+		if u, ok := urls[rec.WebhookID]; ok {
+			hook = u
+		}
+		r.Describe = "recovery of webhook " + hook + ": " + strings.Join(rec.Include, " and ") +
+			", events from " + formatUTC(&rec.From) + " to " + formatUTC(&rec.To)
+		return r
+	}
 	var parts []string
 	for _, id := range b.Filter.WebhookIDs {
 		if u, ok := urls[id]; ok {

@@ -30,6 +30,7 @@ var notices = map[string]string{
 	"replayed_none":   "Event replayed as a new event, but no webhook is subscribed to it now: nothing will be delivered.",
 	"batch_created":   "Batch retry created: a dlq process picks it up within a second or two.",
 	"batch_cancelled": "Batch retry cancelled. Retries it already made go on.",
+	"recovery_created": "Recovery created: a dlq process picks it up within a second or two; it is listed with the batch operations below.",
 }
 
 func (b *base) noticeFrom(ctx *gin.Context) {
@@ -150,6 +151,8 @@ type webhookData struct {
 	// Newest is set when this is not the first page; Next when there is
 	// an older one.
 	Newest, Next string
+	// Recover is the recovery form.
+	Recover recoverForm
 }
 
 func (c *Console) webhookPage(ctx *gin.Context) {
@@ -163,8 +166,13 @@ func (c *Console) webhookPage(ctx *gin.Context) {
 // webhookPageWith renders the webhook page with status and, when not
 // empty, an error message (the outcome of a failed action).
 func (c *Console) webhookPageWith(ctx *gin.Context, w webhook.Webhook, status int, errMsg string) {
+	c.renderWebhookPage(ctx, w, status, errMsg, c.defaultRecoverForm())
+}
+
+// renderWebhookPage is webhookPageWith with the recovery form as given.
+func (c *Console) renderWebhookPage(ctx *gin.Context, w webhook.Webhook, status int, errMsg string, form recoverForm) {
 	rctx := ctx.Request.Context()
-	d := webhookData{Hook: w, States: wire.Statuses}
+	d := webhookData{Hook: w, States: wire.Statuses, Recover: form}
 	d.Title, d.Nav, d.Error = "Webhook "+w.URL, "webhooks", errMsg
 	d.noticeFrom(ctx)
 	var err error
