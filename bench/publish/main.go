@@ -4,6 +4,13 @@
 // rates and at the open-loop maximum, with 1 KiB payloads.
 //
 //	go run ./bench/publish -rates 500,1000,2000,max -webhooks 1,100 -duration 10s
+//
+// With -filters it compares webhooks with and without payload filters:
+// one tenant per configuration, the configurations run in turn, -rounds
+// times, each row giving its throughput against the unfiltered run of the
+// same round.
+//
+//	go run ./bench/publish -rates max -webhooks 100 -filters none,same,distinct -rounds 2 -duration 20s
 package main
 
 import (
@@ -37,6 +44,8 @@ func main() {
 	payload := flag.Int("payload", 1024, "approximate size of each event's data in bytes")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (api and load generator) here")
+	filters := flag.String("filters", "", "payload filter configurations to compare, run in turn: none, same (every webhook `data.amount > 100`), distinct (webhook i `data.amount > i`); every event matches them all")
+	rounds := flag.Int("rounds", 1, "with -filters, how many times the configurations run in turn")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -66,35 +75,132 @@ func main() {
 		},
 		Header: []string{"webhooks", "target/s", "accepted/s", "errors", "deliveries/s", "enqueued/s", "p50", "p99", "p99.9", "max"},
 	}
+	configs := filterConfigs(*filters)
+	if *filters != "" {
+		table.Title = "Publish path with payload filters: POST /v1/events"
+		table.Notes = append(table.Notes,
+			"Filters: none (no filter), same (every webhook `data.amount > 100`), distinct (webhook i `data.amount > i`, as many expressions as webhooks). Every event has `\"amount\": 150`, so every filter matches and every configuration makes the same deliveries. One tenant per configuration; in each round the configurations run one after the other, each from empty event tables, round n starting with the n-th configuration. vs none: accepted/s against the run without filters of the same round.")
+		table.Header = append([]string{"round", "filters"}, append(table.Header, "vs none")...)
+	}
 	for _, h := range splitInts(*hooks) {
 		urls := make([]string, h)
 		for i := range urls {
 			urls[i] = fmt.Sprintf("http://127.0.0.1:9/hook-%d", i)
 		}
-		key, err := sys.Tenant("", urls...)
-		if err != nil {
-			log.Fatal(err)
-		}
-		for _, r := range strings.Split(*rates, ",") {
-			res := run(sys, key, strings.TrimSpace(r), *duration, *concurrency, *payload)
-			lat := report.Sort(res.latencies)
-			table.Rows = append(table.Rows, []string{
-				strconv.Itoa(h), r,
-				fmt.Sprintf("%.0f", float64(len(lat))/res.elapsed.Seconds()),
-				strconv.FormatInt(res.errors, 10),
-				fmt.Sprintf("%.0f", float64(res.deliveries)/res.elapsed.Seconds()),
-				fmt.Sprintf("%.0f", res.enqueuedRate),
-				report.Ms(report.Percentile(lat, 50)), report.Ms(report.Percentile(lat, 99)),
-				report.Ms(report.Percentile(lat, 99.9)), report.Ms(report.Percentile(lat, 100)),
-			})
-			if err := sys.Purge(); err != nil {
-				log.Printf("purge: %v", err)
+		keys := make([]string, len(configs))
+		for i, c := range configs {
+			key, err := sys.TenantEach(c.extra, urls...)
+			if err != nil {
+				log.Fatal(err)
 			}
+			keys[i] = key
+		}
+		for round := 1; round <= max(1, *rounds); round++ {
+			table.Rows = append(table.Rows, runRound(sys, configs, keys, round, h, *rates, *filters != "", func(key, rate string) result {
+				return run(sys, key, rate, *duration, *concurrency, *payload)
+			})...)
 		}
 	}
 	if err := report.Emit(table, *out); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// runRound runs every configuration at every rate and returns their rows.
+// Comparing filters, round n starts with configuration n-1 (in turn), so
+// that none always runs first, and each run starts from empty event
+// tables; each row ends with its throughput against the run without
+// filters at the same rate.
+func runRound(sys *system.System, configs []filterConfig, keys []string, round, hooks int, rates string, compare bool,
+	run func(key, rate string) result) [][]string {
+	var rows [][]string
+	base := map[string]float64{}
+	accepted := map[int]float64{}
+	for k := range configs {
+		i := k
+		if compare {
+			i = (k + round - 1) % len(configs)
+		}
+		for _, r := range strings.Split(rates, ",") {
+			r = strings.TrimSpace(r)
+			if compare {
+				if err := sys.ClearEvents(); err != nil {
+					log.Fatalf("clear events: %v", err)
+				}
+			}
+			row, a := resultRow(hooks, r, run(keys[i], r))
+			if compare {
+				if configs[i].name == "none" {
+					base[r] = a
+				}
+				accepted[len(rows)] = a
+				row = append([]string{strconv.Itoa(round), configs[i].name}, row...)
+			}
+			rows = append(rows, row)
+			if err := sys.Purge(); err != nil {
+				log.Printf("purge: %v", err)
+			}
+		}
+	}
+	if compare {
+		for n, row := range rows {
+			rows[n] = append(row, ratio(accepted[n], base[row[3]]))
+		}
+	}
+	return rows
+}
+
+// resultRow is a run's row of the table and its accepted events per second.
+func resultRow(hooks int, rate string, res result) ([]string, float64) {
+	lat := report.Sort(res.latencies)
+	accepted := float64(len(lat)) / res.elapsed.Seconds()
+	return []string{
+		strconv.Itoa(hooks), rate,
+		fmt.Sprintf("%.0f", accepted),
+		strconv.FormatInt(res.errors, 10),
+		fmt.Sprintf("%.0f", float64(res.deliveries)/res.elapsed.Seconds()),
+		fmt.Sprintf("%.0f", res.enqueuedRate),
+		report.Ms(report.Percentile(lat, 50)), report.Ms(report.Percentile(lat, 99)),
+		report.Ms(report.Percentile(lat, 99.9)), report.Ms(report.Percentile(lat, 100)),
+	}, accepted
+}
+
+func ratio(v, base float64) string {
+	if base == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", v/base)
+}
+
+// filterConfig is a way of registering a tenant's webhooks: extra(i) holds
+// the extra JSON fields of webhook i.
+type filterConfig struct {
+	name  string
+	extra func(i int) string
+}
+
+// filterConfigs parses -filters; empty is one configuration without
+// filters.
+func filterConfigs(list string) []filterConfig {
+	if list == "" {
+		return []filterConfig{{name: "none", extra: func(int) string { return "" }}}
+	}
+	var out []filterConfig
+	for _, name := range strings.Split(list, ",") {
+		c := filterConfig{name: strings.TrimSpace(name)}
+		switch c.name {
+		case "none":
+			c.extra = func(int) string { return "" }
+		case "same":
+			c.extra = func(int) string { return `"filter": "data.amount > 100"` }
+		case "distinct":
+			c.extra = func(i int) string { return fmt.Sprintf(`"filter": "data.amount > %d"`, i) }
+		default:
+			log.Fatalf("unknown filter configuration %q (none, same, distinct)", name)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 type result struct {
@@ -197,8 +303,8 @@ func enqueued(sys *system.System) int64 {
 // makeBody returns an event whose data is about size bytes, with SEQ to be
 // replaced by a sequence number so every event is distinct.
 func makeBody(size int) []byte {
-	filler := strings.Repeat("x", max(size-60, 1))
-	return []byte(fmt.Sprintf(`{"event_type": "bench.created", "data": {"seq": SEQ, "filler": %q}}`, filler))
+	filler := strings.Repeat("x", max(size-75, 1))
+	return []byte(fmt.Sprintf(`{"event_type": "bench.created", "data": {"seq": SEQ, "amount": 150, "filler": %q}}`, filler))
 }
 
 func splitInts(s string) []int {

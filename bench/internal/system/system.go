@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
@@ -199,22 +200,41 @@ func withChannel(f func(*amqp.Channel) error) error {
 	return f(ch)
 }
 
+// ClearEvents removes every event with its deliveries and attempts, so
+// that the next run writes to tables as empty as the first run's.
+func (s *System) ClearEvents() error {
+	conn, err := pgx.Connect(context.Background(), s.DBURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(context.Background(), `TRUNCATE events CASCADE`)
+	return err
+}
+
 // Tenant creates a tenant with one webhook per URL in urls, subscribed to
 // "bench.*" with limits that never bind, and returns its API key. extra,
 // when not empty, holds more JSON fields for every webhook (such as
 // `"retry_config": {"timeout_ms": 1000}`).
 func (s *System) Tenant(extra string, urls ...string) (string, error) {
+	return s.TenantEach(func(int) string { return extra }, urls...)
+}
+
+// TenantEach is Tenant with the extra fields of webhook i (of urls) given
+// by extra(i).
+func (s *System) TenantEach(extra func(i int) string, urls ...string) (string, error) {
 	var t struct {
 		APIKey string `json:"api_key"`
 	}
 	if err := post(s.URL+"/v1/tenants", AdminToken, `{"name": "bench"}`, &t); err != nil {
 		return "", err
 	}
-	if extra != "" {
-		extra = ", " + extra
-	}
-	for _, u := range urls {
-		body := fmt.Sprintf(`{"url": %q, "events": ["bench.*"], "rate_limit": {"requests_per_minute": 1000000, "burst": 100000}%s}`, u, extra)
+	for i, u := range urls {
+		more := extra(i)
+		if more != "" {
+			more = ", " + more
+		}
+		body := fmt.Sprintf(`{"url": %q, "events": ["bench.*"], "rate_limit": {"requests_per_minute": 1000000, "burst": 100000}%s}`, u, more)
 		if err := post(s.URL+"/v1/webhooks", t.APIKey, body, nil); err != nil {
 			return "", err
 		}
