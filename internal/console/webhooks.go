@@ -21,15 +21,15 @@ const pageSize = 50
 // notices are the messages an action's redirect asks the next page to
 // show (by code, so that no text is taken from the URL).
 var notices = map[string]string{
-	"reset":           "Circuit reset: it is closed and its window is cleared.",
-	"force_open":      "Circuit forced open: no delivery is attempted until it is reset or the override ends.",
-	"force_close":     "Circuit forced closed: deliveries go ahead whatever the error rate.",
-	"retried":         "Retry created. This is the new delivery; the exhausted one is kept as it was.",
-	"replayed":        "Event replayed as a new event. This is its delivery to the webhook.",
-	"replayed_all":    "Event replayed as a new event to every webhook subscribed to it now.",
-	"replayed_none":   "Event replayed as a new event, but no webhook is subscribed to it now: nothing will be delivered.",
-	"batch_created":   "Batch retry created: a dlq process picks it up within a second or two.",
-	"batch_cancelled": "Batch retry cancelled. Retries it already made go on.",
+	"reset":            "Circuit reset: it is closed and its window is cleared.",
+	"force_open":       "Circuit forced open: no delivery is attempted until it is reset or the override ends.",
+	"force_close":      "Circuit forced closed: deliveries go ahead whatever the error rate.",
+	"retried":          "Retry created. This is the new delivery; the exhausted one is kept as it was.",
+	"replayed":         "Event replayed as a new event. This is its delivery to the webhook.",
+	"replayed_all":     "Event replayed as a new event to every webhook subscribed to it now.",
+	"replayed_none":    "Event replayed as a new event, but no webhook is subscribed to it now: nothing will be delivered.",
+	"batch_created":    "Batch retry created: a dlq process picks it up within a second or two.",
+	"batch_cancelled":  "Batch retry cancelled. Retries it already made go on.",
 	"recovery_created": "Recovery created: a dlq process picks it up within a second or two; it is listed with the batch operations below.",
 }
 
