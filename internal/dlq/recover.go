@@ -85,8 +85,8 @@ type Recovery struct {
 
 func (r Recovery) includes(what string) bool { return slices.Contains(r.Include, what) }
 
-// maxRecoveryWindow bounds a recovery's window; payloads are not kept
-// longer than this anyway unless a delivery of theirs is unresolved.
+// maxRecoveryWindow bounds a recovery's window, and so the events one
+// recovery reads.
 const maxRecoveryWindow = 366 * 24 * time.Hour
 
 // recovery validates r for webhookID at now.
