@@ -108,28 +108,31 @@ func TestWebhookFilterRefused(t *testing.T) {
 }
 
 // The answer of a publish counts only the webhooks whose filter matched;
-// a filter failing on the event does not fail the publish.
+// a filter failing on the event does not fail the publish; a filter
+// changed by PATCH applies from the next publish.
 func TestPublishCountsOnlyMatchingWebhooks(t *testing.T) {
 	t.Parallel()
 	e := newAPI(t)
 	_, key := e.tenantKey("acme")
 	e.createWebhook(key, map[string]any{"events": []string{"order.*"}})
-	e.createWebhook(key, map[string]any{"events": []string{"order.*"}, "filter": `data.amount > 100 && data.currency == "EUR"`})
+	amount := e.createWebhook(key, map[string]any{"events": []string{"order.*"}, "filter": `data.amount > 100 && data.currency == "EUR"`})
 	e.createWebhook(key, map[string]any{"events": []string{"order.*"}, "filter": `data.customer.tier == "gold"`})
-
-	for _, tc := range []struct {
-		data       string
-		deliveries float64
-	}{
-		{`{"amount": 150, "currency": "EUR", "customer": {"tier": "gold"}}`, 3},
-		{`{"amount": 150, "currency": "EUR"}`, 2},
-		{`{"amount": 15, "currency": "EUR", "customer": {"tier": "silver"}}`, 1},
-	} {
-		r := e.do("POST", "/v1/events", key, `{"event_type": "order.created", "data": `+tc.data+`}`)
+	publish := func(data string, deliveries float64) {
+		t.Helper()
+		r := e.do("POST", "/v1/events", key, `{"event_type": "order.created", "data": `+data+`}`)
 		require.Equal(t, http.StatusAccepted, r.Status, string(r.Raw))
-		require.Equal(t, tc.deliveries, r.Body["deliveries"], tc.data)
-		require.Equal(t, int(tc.deliveries), e.count(`SELECT count(*) FROM deliveries WHERE event_id = $1`, r.Body["id"]))
+		require.Equal(t, deliveries, r.Body["deliveries"], data)
+		require.Equal(t, int(deliveries), e.count(`SELECT count(*) FROM deliveries WHERE event_id = $1`, r.Body["id"]))
 	}
+	publish(`{"amount": 150, "currency": "EUR", "customer": {"tier": "gold"}}`, 3)
+	publish(`{"amount": 150, "currency": "EUR"}`, 2)
+	publish(`{"amount": 15, "currency": "EUR", "customer": {"tier": "silver"}}`, 1)
+
+	// A PATCH applies from the next publish.
+	r := e.do("PATCH", "/v1/webhooks/"+amount["id"].(string), key, map[string]any{"filter": `data.amount < 100`})
+	require.Equal(t, http.StatusOK, r.Status, string(r.Raw))
+	publish(`{"amount": 15, "currency": "EUR", "customer": {"tier": "silver"}}`, 2)
+	publish(`{"amount": 150, "currency": "EUR"}`, 1)
 }
 
 // seedExhausted stores an event with data and an exhausted delivery of it
