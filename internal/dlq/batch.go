@@ -246,14 +246,22 @@ const finishEnqueueSQL = `UPDATE batch_operations SET enqueued_all_at = now(), t
     skipped = greatest(total, processed + skipped) - processed, heartbeat_at = now()
 WHERE id = $1 AND claimed_by = $2 AND state = 'running'`
 
-// tracedChunk is chunk as a span of its own.
+// tracedChunk is chunk as a span of its own: hookline.batch_retry, or
+// hookline.recovery for a recovery's.
 func (r *Runner) tracedChunk(ctx context.Context, c *claim, limit int) (int, bool, error) {
-	ctx, span := r.Tracer.Start(ctx, "hookline.batch_retry", trace.SpanKindInternal)
+	name := "hookline.batch_retry"
+	if c.kind == KindRecover {
+		name = "hookline.recovery"
+	}
+	ctx, span := r.Tracer.Start(ctx, name, trace.SpanKindInternal)
 	defer span.End()
 	n, more, err := r.chunk(ctx, c, limit)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.TenantID.String(c.tenantID.String()), attribute.String("hookline.batch_operation_id", c.id.String()),
 			attribute.Int("hookline.deliveries", n))
+		if c.kind == KindRecover {
+			span.SetAttributes(tracing.WebhookID.String(c.recovery.WebhookID.String()))
+		}
 		tracing.Fail(span, err)
 	}
 	return n, more, err

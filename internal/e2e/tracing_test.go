@@ -218,3 +218,40 @@ func TestTracingOffPassesNothingOn(t *testing.T) {
 	require.Empty(t, rc.requests()[0].Header.Get("traceparent"))
 	require.Zero(t, s.Count(`SELECT count(*) FROM events WHERE traceparent IS NOT NULL OR tracestate IS NOT NULL`))
 }
+
+// A recovery's chunks are spans linked to the publishes of the events
+// they deliver, and each delivery it makes is attempted in its event's
+// trace: here an event published before its webhook existed.
+func TestRecoveryStaysInTheEventsTrace(t *testing.T) {
+	t.Parallel()
+	s, exp := tracedSystem(t)
+	from := time.Now().Add(-time.Second).UTC()
+	event := s.publishTraced("order.created")
+	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+	hook := s.fastHook(rc.URL, map[string]any{"events": []string{"order.*"}})
+
+	var started map[string]any
+	s.call("POST", "/v1/webhooks/"+hook+"/recover", s.key, map[string]any{"from": from, "include": []string{"missed"},
+		"rate_limit": map[string]any{"requests_per_second": 20}}, http.StatusAccepted, &started)
+	batch := started["batch_operation_id"].(string)
+	testwait.Eventually(t, 30*time.Second, func() bool { return s.batchOp(batch)["state"] == "completed" }, "the recovery to complete")
+
+	pub := spansNamed(t, exp, producerTrace, "hookline.publish", 1)[0]
+	require.Equal(t, event, attr(pub, "hookline.event_id"))
+	attempt := spansNamed(t, exp, producerTrace, "hookline.attempt", 1)[0]
+	require.Equal(t, pub.SpanContext.SpanID(), attempt.Parent.SpanID(), "the recovered delivery continues its event's trace")
+	require.Equal(t, hook, attr(attempt, "hookline.webhook_id"))
+	var chunk tracetest.SpanStub
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		for _, sp := range exp.GetSpans() {
+			if sp.Name == "hookline.recovery" && len(sp.Links) > 0 {
+				chunk = sp
+				return true
+			}
+		}
+		return false
+	}, "the recovery chunk's span")
+	require.Equal(t, batch, attr(chunk, "hookline.batch_operation_id"))
+	require.Equal(t, hook, attr(chunk, "hookline.webhook_id"))
+	require.Equal(t, pub.SpanContext.SpanID(), chunk.Links[0].SpanContext.SpanID(), "linked to the event's publish")
+}
