@@ -58,16 +58,6 @@ func (p Parent) SpanContext() trace.SpanContext {
 	return trace.SpanContextFromContext(p.Context(context.Background()))
 }
 
-// Link is a link to the span p names, for spans that continue another
-// trace's work (a retry, a replay); nil when p names none.
-func (p Parent) Link() []trace.Link {
-	sc := p.SpanContext()
-	if !sc.IsValid() {
-		return nil
-	}
-	return []trace.Link{{SpanContext: sc}}
-}
-
 // LinkFrom links the span in ctx, when it records, to the span p names:
 // the span of a retry or a replay to the publish of the event it comes
 // from.

@@ -175,15 +175,6 @@ func (t Tracer) Start(ctx context.Context, name string, kind trace.SpanKind) (co
 	return t.t.Start(ctx, name, trace.WithSpanKind(kind))
 }
 
-// StartLinked is Start for a span that also links to other traces: a
-// retry or a replay links to the trace of the event it comes from.
-func (t Tracer) StartLinked(ctx context.Context, name string, kind trace.SpanKind, links ...trace.Link) (context.Context, trace.Span) {
-	if t.t == nil {
-		return ctx, noSpan
-	}
-	return t.t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithLinks(links...))
-}
-
 // Fail marks span as failed with err, when it records.
 func Fail(span trace.Span, err error) {
 	if err == nil || !span.IsRecording() {
