@@ -28,6 +28,25 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	require.Equal(t, "3.1.0", doc.OpenAPI)
 	require.NotContains(t, string(r.Raw), `"nullable"`, "3.1 says a field may be null with a type list, not nullable")
 
+	// Every operation has an operationId that a generated client can use
+	// as a method name: an identifier, unique in the document.
+	var ops struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(r.Raw, &ops))
+	ident := regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
+	seen := map[string]string{}
+	for path, methods := range ops.Paths {
+		for method, op := range methods {
+			where := method + " " + path
+			require.Regexp(t, ident, op.OperationID, "operationId of %s", where)
+			require.NotContains(t, seen, op.OperationID, "%s and %s share an operationId", where, seen[op.OperationID])
+			seen[op.OperationID] = where
+		}
+	}
+
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	served := map[string]bool{}
 	for _, route := range e.srv.Handler().(*gin.Engine).Routes() {
