@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -439,29 +440,9 @@ func TestWorkerSIGTERMFinishesInFlight(t *testing.T) {
 // retry.
 func TestBatchRetryResumesAfterDLQSIGKILL(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	seen := map[string]int{} // requests per idempotency key (one key per event)
-	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		mu.Lock()
-		seen[r.Header.Get("X-Idempotency-Key")]++
-		mu.Unlock()
-	}))
-	defer rc.Close()
-	dbURL := dbtest.NewURL(t, false)
-	topo := queuetest.NewTopology(t)
-	base, key := startAPI(t, dbURL, topo, rc.URL)
-	pool, err := db.Open(context.Background(), dbURL, 2)
-	require.NoError(t, err)
-	defer pool.Close()
-	count := func(sql string, args ...any) int {
-		var n int
-		require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-		return n
-	}
-	_, err = pool.Exec(context.Background(), `UPDATE tenants SET rate_limit_rpm = 600000, rate_limit_burst = 10000;
-		UPDATE webhooks SET rate_limit = '{"requests_per_minute": 600000, "burst": 10000}'`)
-	require.NoError(t, err)
+	f := newBatchKillFixture(t)
+	dbURL, topo, base, key, pool, count := f.dbURL, f.topo, f.base, f.key, f.pool, f.count(t)
+	var err error
 	const n = 600
 	_, err = pool.Exec(context.Background(), `WITH ev AS (
     INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
@@ -475,39 +456,104 @@ FROM ev, webhooks w`, n)
 	require.NoError(t, err)
 	startWorker(t, dbURL, topo)
 
-	cfgFile := filepath.Join(t.TempDir(), "dlq.yaml")
-	require.NoError(t, os.WriteFile(cfgFile, []byte(smallPools+"dlq:\n  batch_claim_timeout: 2s\n"), 0o600))
-	startDLQ := func() *proc {
-		addr := freeAddr(t)
-		p := start(t, "dlq", "DATABASE_URL="+dbURL, "METRICS_ADDR="+addr, "AMQP_PREFIX="+topo.Prefix, "HOOKLINE_CONFIG="+cfgFile)
-		waitReady(t, p, "http://"+addr+"/readyz")
-		return p
-	}
-	dlq1 := startDLQ()
-	batch := postJSON(t, base+"/v1/dlq/retry-batch", key,
-		`{"filter": {"failure_categories": ["server_error"]}, "rate_limit": {"requests_per_second": 100}}`, http.StatusAccepted)
-	id := batch["batch_operation_id"].(string)
-	waitFor(t, 30*time.Second, dlq1, func() bool {
-		return count(`SELECT processed FROM batch_operations WHERE id = $1`, id) >= n/3
-	}, "the batch to get a third of the way")
-	dlq1.kill(t)
-	atKill := count(`SELECT processed FROM batch_operations WHERE id = $1`, id)
-	require.Less(t, atKill, n, "killed before the end")
-
-	dlq2 := startDLQ()
-	waitFor(t, 60*time.Second, dlq2, func() bool {
-		return count(`SELECT count(*) FROM batch_operations WHERE id = $1 AND state = 'completed'`, id) == 1
-	}, "the batch to complete after the restart")
+	id, atKill := f.runKilledMidway(t, n, "the batch", func() string {
+		batch := postJSON(t, base+"/v1/dlq/retry-batch", key,
+			`{"filter": {"failure_categories": ["server_error"]}, "rate_limit": {"requests_per_second": 100}}`, http.StatusAccepted)
+		return batch["batch_operation_id"].(string)
+	})
 	require.Equal(t, n, count(`SELECT succeeded FROM batch_operations WHERE id = $1`, id))
 	require.Equal(t, n, count(`SELECT processed FROM batch_operations WHERE id = $1`, id))
 	require.Equal(t, n, count(`SELECT count(*) FROM deliveries WHERE retry_of IS NOT NULL`), "one retry per exhausted delivery")
 	require.Equal(t, n, count(`SELECT count(DISTINCT retry_of) FROM deliveries WHERE retry_of IS NOT NULL`))
 
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, seen, n, "every event reached the receiver")
+	f.requireReceivedOnce(t, n, atKill, "every event reached the receiver")
+}
+
+// batchKillFixture is a system whose batch operations a test runs in dlq
+// processes it kills: an api on a database of its own, its receiver
+// counting requests per event, limits high enough not to slow the batch.
+type batchKillFixture struct {
+	dbURL, base, key string
+	topo             queue.Topology
+	pool             *pgxpool.Pool
+	cfgFile          string
+
+	mu   sync.Mutex
+	seen map[string]int // requests per idempotency key (one key per event)
+}
+
+func newBatchKillFixture(t *testing.T) *batchKillFixture {
+	t.Helper()
+	f := &batchKillFixture{seen: map[string]int{}}
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		f.mu.Lock()
+		f.seen[r.Header.Get("X-Idempotency-Key")]++
+		f.mu.Unlock()
+	}))
+	t.Cleanup(rc.Close)
+	f.dbURL, f.topo = dbtest.NewURL(t, false), queuetest.NewTopology(t)
+	f.base, f.key = startAPI(t, f.dbURL, f.topo, rc.URL)
+	pool, err := db.Open(context.Background(), f.dbURL, 2)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	f.pool = pool
+	_, err = pool.Exec(context.Background(), `UPDATE tenants SET rate_limit_rpm = 600000, rate_limit_burst = 10000;
+		UPDATE webhooks SET rate_limit = '{"requests_per_minute": 600000, "burst": 10000}'`)
+	require.NoError(t, err)
+	f.cfgFile = filepath.Join(t.TempDir(), "dlq.yaml")
+	require.NoError(t, os.WriteFile(f.cfgFile, []byte(smallPools+"dlq:\n  batch_claim_timeout: 2s\n"), 0o600))
+	return f
+}
+
+// count runs a query answering one integer.
+func (f *batchKillFixture) count(t *testing.T) func(sql string, args ...any) int {
+	return func(sql string, args ...any) int {
+		var n int
+		require.NoError(t, f.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+		return n
+	}
+}
+
+func (f *batchKillFixture) startDLQ(t *testing.T) *proc {
+	addr := freeAddr(t)
+	p := start(t, "dlq", "DATABASE_URL="+f.dbURL, "METRICS_ADDR="+addr, "AMQP_PREFIX="+f.topo.Prefix, "HOOKLINE_CONFIG="+f.cfgFile)
+	waitReady(t, p, "http://"+addr+"/readyz")
+	return p
+}
+
+// runKilledMidway starts a dlq process, starts the batch operation of n
+// items with begin, kills the process with SIGKILL a third of the way and
+// waits for a restarted one to complete it. It returns the batch's id and
+// how far it had got at the kill.
+func (f *batchKillFixture) runKilledMidway(t *testing.T, n int, what string, begin func() string) (string, int) {
+	t.Helper()
+	count := f.count(t)
+	dlq1 := f.startDLQ(t)
+	id := begin()
+	waitFor(t, 30*time.Second, dlq1, func() bool {
+		return count(`SELECT processed FROM batch_operations WHERE id = $1`, id) >= n/3
+	}, what+" to get a third of the way")
+	dlq1.kill(t)
+	atKill := count(`SELECT processed FROM batch_operations WHERE id = $1`, id)
+	require.Less(t, atKill, n, "killed before the end")
+
+	dlq2 := f.startDLQ(t)
+	waitFor(t, 60*time.Second, dlq2, func() bool {
+		return count(`SELECT count(*) FROM batch_operations WHERE id = $1 AND state = 'completed'`, id) == 1
+	}, what+" to complete after the restart")
+	return id, atKill
+}
+
+// requireReceivedOnce checks that the receiver saw each of n events, and
+// at most one chunk of them twice.
+func (f *batchKillFixture) requireReceivedOnce(t *testing.T, n, atKill int, msg string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.seen, n, msg)
 	dups := 0
-	for _, c := range seen {
+	for _, c := range f.seen {
 		dups += c - 1
 	}
 	t.Logf("killed at %d of %d; duplicate requests at the receiver: %d", atKill, n, dups)
