@@ -150,7 +150,7 @@ func TestFilterChangesApplyToTheNextPublish(t *testing.T) {
 	t.Parallel()
 	svc, pool, _, tenant := tracedService(t, false)
 	other := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
-	runOther(t, other)
+	runService(t, other)
 	h := hooks{t: t, store: webhook.NewStore(pool), tenant: tenant}
 	w := h.add([]string{"order.*"}, `data.amount > 100`)
 	const big, small = `{"amount": 500}`, `{"amount": 5}`
@@ -182,7 +182,8 @@ func TestFilterChangesApplyToTheNextPublish(t *testing.T) {
 		"event types still decide first")
 }
 
-func runOther(t *testing.T, svc *event.Service) {
+// runService runs svc's group commit until the test ends.
+func runService(t *testing.T, svc *event.Service) {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -193,16 +194,23 @@ func runOther(t *testing.T, svc *event.Service) {
 	})
 }
 
+// addTenant creates a tenant with limits no test here reaches.
+func addTenant(t *testing.T, pool *pgxpool.Pool, name string) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	_, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+		VALUES ($1, $2, 1000, 100, 1000, 100)`, id, name)
+	require.NoError(t, err)
+	return id
+}
+
 // Events committed together (one group commit for many publishes, several
 // tenants, filters changing meanwhile) are each fanned out by their own
 // tenant's filters.
 func TestConcurrentPublishesEachFollowTheirFilters(t *testing.T) {
 	t.Parallel()
 	svc, pool, _, tenant := tracedService(t, false)
-	second := uuid.New()
-	_, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-		VALUES ($1, 't2', 1000, 100, 1000, 100)`, second)
-	require.NoError(t, err)
+	second := addTenant(t, pool, "t2")
 	store := webhook.NewStore(pool)
 	odd := hooks{t: t, store: store, tenant: tenant}.add([]string{"n"}, `int(data.n) % 2 == 1`)
 	even := hooks{t: t, store: store, tenant: second}.add([]string{"n"}, `int(data.n) % 2 == 0`)

@@ -74,17 +74,8 @@ func TestPublishReportsItsCommitAfterTheCallerGaveUp(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
-	tenant := uuid.New()
-	_, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-		VALUES ($1, 't', 1000, 100, 1000, 100)`, tenant)
-	require.NoError(t, err)
+	runService(t, svc)
+	tenant := addTenant(t, pool, "t")
 
 	gone, cancel := context.WithCancel(context.Background())
 	cancel() // the client is gone before the commit has run

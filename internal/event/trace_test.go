@@ -33,17 +33,8 @@ func tracedService(t *testing.T, traced bool) (*event.Service, *pgxpool.Pool, *t
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		svc.WithTracer(tracing.NewTracer(tp))
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
-	tenant := uuid.New()
-	_, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-		VALUES ($1, 't', 1000, 100, 1000, 100)`, tenant)
-	require.NoError(t, err)
+	runService(t, svc)
+	tenant := addTenant(t, pool, "t")
 	return svc, pool, exp, tenant
 }
 
