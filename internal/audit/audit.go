@@ -39,11 +39,32 @@ const (
 	RecoveryCreated     = "webhook.recovery_created"
 )
 
-// Actor is who performs an action: a tenant API key, or the admin token
-// (KeyID nil), from a remote address.
+// Kinds of actor, in the actor_type column.
+const (
+	ActorAPIKey     = "api_key"
+	ActorServiceKey = "service_key"
+	ActorPortal     = "portal"
+	ActorAdmin      = "admin"
+	ActorSystem     = "system"
+)
+
+// Actor is who performs an action, from a remote address: a tenant API key
+// (KeyID), a service key acting for the tenant (ServiceKeyID), a portal
+// session (opened by ServiceKeyID, or by the admin when it is nil), the
+// admin token, or hookline itself (the zero Actor).
 type Actor struct {
-	KeyID      *uuid.UUID
-	RemoteAddr string
+	Type         string
+	KeyID        *uuid.UUID
+	ServiceKeyID *uuid.UUID
+	RemoteAddr   string
+}
+
+// kind is a's actor_type: its Type, else system.
+func (a Actor) kind() string {
+	if a.Type == "" {
+		return ActorSystem
+	}
+	return a.Type
 }
 
 type actorKey struct{}
@@ -61,15 +82,18 @@ func ActorFrom(ctx context.Context) Actor {
 
 // Entry is one row of the audit log.
 type Entry struct {
-	ID         uuid.UUID       `json:"id"`
-	TenantID   uuid.UUID       `json:"-"`
-	ActorKeyID *uuid.UUID      `json:"actor_key_id"`
-	Action     string          `json:"action"`
-	TargetType string          `json:"target_type"`
-	TargetID   string          `json:"target_id"`
-	Details    json.RawMessage `json:"details"`
-	RemoteAddr string          `json:"remote_addr"`
-	At         time.Time       `json:"at"`
+	ID       uuid.UUID `json:"id"`
+	TenantID uuid.UUID `json:"-"`
+	// ActorType is api_key, service_key, portal, admin or system.
+	ActorType         string          `json:"actor_type"`
+	ActorKeyID        *uuid.UUID      `json:"actor_key_id"`
+	ActorServiceKeyID *uuid.UUID      `json:"actor_service_key_id"`
+	Action            string          `json:"action"`
+	TargetType        string          `json:"target_type"`
+	TargetID          string          `json:"target_id"`
+	Details           json.RawMessage `json:"details"`
+	RemoteAddr        string          `json:"remote_addr"`
+	At                time.Time       `json:"at"`
 }
 
 // Execer runs a statement: a pool, a connection or a transaction.
@@ -78,9 +102,13 @@ type Execer interface {
 }
 
 const (
-	insertSQL = `INSERT INTO audit_log (id, tenant_id, actor_key_id, action, target_type, target_id, details, remote_addr, at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())`
-	listSQL = `SELECT id, actor_key_id, action, target_type, target_id, details, remote_addr, at
+	insertSQL = `INSERT INTO audit_log (id, tenant_id, actor_type, actor_key_id, actor_service_key_id, action, target_type,
+    target_id, details, remote_addr, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())`
+	// Rows from before actor_type read as they were written: an API key
+	// when one is named, else the admin.
+	listSQL = `SELECT id, CASE WHEN actor_type <> '' THEN actor_type WHEN actor_key_id IS NOT NULL THEN 'api_key' ELSE 'admin' END,
+    actor_key_id, actor_service_key_id, action, target_type, target_id, details, remote_addr, at
 FROM audit_log
 WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id < $2)
 ORDER BY id DESC
@@ -99,7 +127,7 @@ func Record(ctx context.Context, db Execer, tenantID uuid.UUID, action, targetTy
 		return fmt.Errorf("encode audit details: %w", err)
 	}
 	a := ActorFrom(ctx)
-	_, err = db.Exec(ctx, insertSQL, uuid.Must(uuid.NewV7()), tenantID, a.KeyID, action, targetType, targetID, raw, a.RemoteAddr)
+	_, err = db.Exec(ctx, insertSQL, uuid.Must(uuid.NewV7()), tenantID, a.kind(), a.KeyID, a.ServiceKeyID, action, targetType, targetID, raw, a.RemoteAddr)
 	if err != nil {
 		return fmt.Errorf("record audit %s: %w", action, err)
 	}
@@ -129,7 +157,7 @@ func (s *Store) List(ctx context.Context, tenantID uuid.UUID, before *uuid.UUID,
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
 		e := Entry{TenantID: tenantID}
-		err := row.Scan(&e.ID, &e.ActorKeyID, &e.Action, &e.TargetType, &e.TargetID, &e.Details, &e.RemoteAddr, &e.At)
+		err := row.Scan(&e.ID, &e.ActorType, &e.ActorKeyID, &e.ActorServiceKeyID, &e.Action, &e.TargetType, &e.TargetID, &e.Details, &e.RemoteAddr, &e.At)
 		e.At = e.At.UTC()
 		return e, err
 	})

@@ -177,6 +177,11 @@ type API struct {
 	MaxWebhooksPerTenant int `yaml:"max_webhooks_per_tenant"`
 	// RequireHTTPS refuses http:// webhook URLs. Default false.
 	RequireHTTPS bool `yaml:"require_https"`
+	// PublicURL is the address browsers reach the api at, such as
+	// https://hooks.example.com, used in the links of portal sessions (env
+	// API_PUBLIC_URL). Default: the scheme and host of the request that
+	// asks for the link.
+	PublicURL string `yaml:"public_url"`
 	// SecretRotationGrace is how long the previous secret keeps signing after
 	// a rotation. Default 24h.
 	SecretRotationGrace Duration `yaml:"secret_rotation_grace"`
@@ -365,16 +370,17 @@ func decodeFile(raw []byte, cfg *Config) error {
 
 func (c *Config) applyEnv(getenv func(string) string) error {
 	strs := map[string]*string{
-		"DATABASE_URL": &c.Database.URL,
-		"REDIS_URL":    &c.Redis.URL,
-		"AMQP_URL":     &c.AMQP.URL,
-		"API_ADDR":     &c.API.Addr,
-		"METRICS_ADDR": &c.MetricsAddr,
-		"ADMIN_TOKEN":  &c.API.AdminToken,
-		"HOOKLINE_ENV": &c.Env,
-		"LOG_LEVEL":    &c.LogLevel,
-		"AMQP_PREFIX":  &c.AMQP.Prefix,
-		"REDIS_PREFIX": &c.Redis.KeyPrefix,
+		"DATABASE_URL":   &c.Database.URL,
+		"REDIS_URL":      &c.Redis.URL,
+		"AMQP_URL":       &c.AMQP.URL,
+		"API_ADDR":       &c.API.Addr,
+		"METRICS_ADDR":   &c.MetricsAddr,
+		"ADMIN_TOKEN":    &c.API.AdminToken,
+		"HOOKLINE_ENV":   &c.Env,
+		"LOG_LEVEL":      &c.LogLevel,
+		"AMQP_PREFIX":    &c.AMQP.Prefix,
+		"REDIS_PREFIX":   &c.Redis.KeyPrefix,
+		"API_PUBLIC_URL": &c.API.PublicURL,
 	}
 	for name, dst := range strs {
 		if v := getenv(name); v != "" {
@@ -451,6 +457,10 @@ func (c *Config) Validate() error {
 	}
 	if c.API.AuthCacheTTL.D() < 0 || c.API.AuthCacheTTL.D() > time.Hour {
 		bad("api.auth_cache_ttl", "must be between 0 and 1h")
+	}
+	if u, err := url.Parse(c.API.PublicURL); c.API.PublicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") ||
+		u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "") {
+		bad("api.public_url (API_PUBLIC_URL)", "must be a scheme and host such as https://hooks.example.com")
 	}
 	c.validateServing(bad)
 	if c.ShutdownGrace.D() <= 0 || c.ShutdownGrace.D() > 10*time.Minute {

@@ -88,5 +88,5 @@ func (c *Console) overrideCircuit(ctx *gin.Context) {
 	}
 	c.recordAudit(ctx, audit.CircuitOverridden, "webhook", w.ID.String(), map[string]any{"action": action, "until": until})
 	c.log.Info("circuit breaker override", "webhook_id", w.ID.String(), "action", action, "until", until, "via", "console")
-	ctx.Redirect(http.StatusSeeOther, "/console/webhooks/"+w.ID.String()+"?notice="+action)
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+action)
 }

@@ -126,19 +126,27 @@ func (c *Console) Register(g *gin.RouterGroup) {
 	g.POST("/sign-in", c.signIn)
 
 	s := g.Group("", c.requireSession)
-	s.GET("", func(ctx *gin.Context) { ctx.Redirect(http.StatusSeeOther, "/console/webhooks") })
 	s.POST("/sign-out", c.signOut)
-	s.GET("/webhooks", c.webhooksPage)
-	s.GET("/webhooks/:id", c.webhookPage)
-	s.POST("/webhooks/:id/circuit-breaker", c.overrideCircuit)
-	s.POST("/webhooks/:id/recover", c.recoverWebhook)
-	s.GET("/deliveries/:id", c.deliveryPage)
-	s.POST("/deliveries/:id/retry", c.retryDelivery)
-	s.POST("/events/:id/replay", c.replayEvent)
-	s.GET("/dlq", c.dlqPage)
-	s.POST("/dlq/batches", c.createBatch)
-	s.POST("/dlq/batches/:id/cancel", c.cancelBatch)
-	s.GET("/audit", c.auditPage)
+	c.registerPages(s, true)
+}
+
+// registerPages mounts the pages the console and the portal share on g,
+// and the operator's pages when operator is set (the console's).
+func (c *Console) registerPages(g *gin.RouterGroup, operator bool) {
+	g.GET("", func(ctx *gin.Context) { ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks") })
+	g.GET("/webhooks", c.webhooksPage)
+	g.GET("/webhooks/:id", c.webhookPage)
+	g.POST("/webhooks/:id/recover", c.recoverWebhook)
+	g.GET("/deliveries/:id", c.deliveryPage)
+	g.POST("/deliveries/:id/retry", c.retryDelivery)
+	g.POST("/events/:id/replay", c.replayEvent)
+	g.GET("/dlq", c.dlqPage)
+	g.POST("/dlq/batches", c.createBatch)
+	g.POST("/dlq/batches/:id/cancel", c.cancelBatch)
+	if operator {
+		g.POST("/webhooks/:id/circuit-breaker", c.overrideCircuit)
+		g.GET("/audit", c.auditPage)
+	}
 }
 
 // securityHeaders keeps the pages out of caches and frames, and allows

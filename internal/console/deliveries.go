@@ -126,7 +126,7 @@ func (c *Console) retryDelivery(ctx *gin.Context) {
 	c.recordAudit(ctx, audit.DeliveryRetried, "delivery", d.ID.String(), map[string]any{"retry_delivery_id": id})
 	c.log.Info("delivery retried", "delivery_id", d.ID.String(), "retry_delivery_id", id.String(),
 		"tenant_id", session(ctx).TenantID.String(), "via", "console")
-	ctx.Redirect(http.StatusSeeOther, "/console/deliveries/"+id.String()+"?notice=retried")
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/deliveries/"+id.String()+"?notice=retried")
 }
 
 // replayEvent publishes an event again as a new event (event.Service.Replay,
@@ -163,9 +163,9 @@ func (c *Console) replayEvent(ctx *gin.Context) {
 	c.recordAudit(ctx, audit.EventReplayed, "event", eventID.String(), map[string]any{"replay_event_id": res.ID, "webhook_id": hook})
 	c.log.Info("event replayed", "event_id", eventID.String(), "replay_event_id", res.ID.String(),
 		"tenant_id", tenantID.String(), "deliveries", res.Deliveries, "via", "console")
-	back := "/console/deliveries/" + ctx.PostForm("delivery_id")
+	back := root(ctx) + "/deliveries/" + ctx.PostForm("delivery_id")
 	if _, err := uuid.Parse(ctx.PostForm("delivery_id")); err != nil {
-		back = "/console/webhooks"
+		back = root(ctx) + "/webhooks"
 	}
 	switch {
 	case res.Deliveries == 0:
@@ -176,7 +176,7 @@ func (c *Console) replayEvent(ctx *gin.Context) {
 			ctx.Redirect(http.StatusSeeOther, back+"?notice=replayed_all")
 			return
 		}
-		ctx.Redirect(http.StatusSeeOther, "/console/deliveries/"+ev.Deliveries[0].ID.String()+"?notice=replayed")
+		ctx.Redirect(http.StatusSeeOther, root(ctx)+"/deliveries/"+ev.Deliveries[0].ID.String()+"?notice=replayed")
 	default:
 		ctx.Redirect(http.StatusSeeOther, back+"?notice=replayed_all")
 	}

@@ -201,7 +201,7 @@ func (c *Console) dlqPageWith(ctx *gin.Context, form dlqForm, status int, errMsg
 		d.Entries = d.Entries[:pageSize]
 		nq := form.query()
 		nq.Set("after", d.Entries[pageSize-1].ID.String())
-		d.Next = "/console/dlq?" + nq.Encode()
+		d.Next = root(ctx) + "/dlq?" + nq.Encode()
 	}
 	c.render(ctx, status, "dlq", &d)
 }
@@ -238,7 +238,7 @@ func (c *Console) createBatch(ctx *gin.Context) {
 		"requests_per_second", b.RequestsPerSecond, "via", "console")
 	q := form.query()
 	q.Set("notice", "batch_created")
-	ctx.Redirect(http.StatusSeeOther, "/console/dlq?"+q.Encode())
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/dlq?"+q.Encode())
 }
 
 func batchFieldLabel(field string) string {
@@ -274,5 +274,5 @@ func (c *Console) cancelBatch(ctx *gin.Context) {
 	}
 	c.recordAudit(ctx, audit.BatchRetryCanceled, "batch_operation", id.String(), nil)
 	c.log.Info("batch retry cancelled", "batch_operation_id", id.String(), "tenant_id", session(ctx).TenantID.String(), "via", "console")
-	ctx.Redirect(http.StatusSeeOther, "/console/dlq?notice=batch_cancelled")
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/dlq?notice=batch_cancelled")
 }

@@ -105,7 +105,7 @@ func (c *Console) recoverWebhook(ctx *gin.Context) {
 		"from": b.Recovery.From, "to": b.Recovery.To, "include": b.Recovery.Include, "requests_per_second": b.RequestsPerSecond})
 	c.log.Info("webhook recovery created", "batch_operation_id", b.ID.String(), "webhook_id", w.ID.String(),
 		"tenant_id", tenantID.String(), "requests_per_second", b.RequestsPerSecond, "via", "console")
-	ctx.Redirect(http.StatusSeeOther, "/console/dlq?notice=recovery_created#batch-"+b.ID.String())
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/dlq?notice=recovery_created#batch-"+b.ID.String())
 }
 
 // recoveryRefused shows why the store refused a recovery on the webhook

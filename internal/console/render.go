@@ -61,6 +61,9 @@ type base struct {
 	// (a batch or a delivery in progress).
 	Refresh    int
 	CSSVersion string
+	// Root is where the pages live: /console, or /portal in the portal.
+	Root   string
+	Portal bool
 }
 
 func (b *base) layout() *base { return b }
@@ -71,6 +74,8 @@ type page interface{ layout() *base }
 func (c *Console) render(ctx *gin.Context, status int, name string, data page) {
 	b := data.layout()
 	b.CSSVersion = stylesheetVersion
+	b.Root = root(ctx)
+	b.Portal = b.Root == portalRoot
 	if ctx.Request.Method != http.MethodGet {
 		// A reload would repeat the post as a GET of its action URL.
 		b.Refresh = 0

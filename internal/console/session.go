@@ -25,7 +25,8 @@ const (
 	// signInCookie holds a random nonce between the sign-in page and its
 	// form post, so that the sign-in form has a CSRF token too.
 	signInCookie = "hookline_console_signin"
-	cookiePath   = "/console"
+	consoleRoot  = "/console"
+	cookiePath   = consoleRoot
 	sessionCtx   = "console_session"
 	// maxFormBytes bounds every form post.
 	maxFormBytes = 64 << 10
@@ -33,20 +34,62 @@ const (
 	actionSignedIn = "console.signed_in"
 )
 
-// Session is who is signed in: a tenant API key, checked again on every
-// request.
+// Session is who is signed in: a tenant API key in the console, or a
+// portal session in the portal, checked again on every request.
 type Session struct {
 	TenantID   uuid.UUID
 	TenantName string
-	KeyID      uuid.UUID
-	KeyName    string
-	KeyPrefix  string
-	Expires    time.Time
-	nonce      [16]byte
+	// KeyID is the API key of a console session, the portal session's id
+	// in the portal.
+	KeyID     uuid.UUID
+	KeyName   string
+	KeyPrefix string
+	Expires   time.Time
+	// Portal marks a portal session; OpenedBy is the service key that
+	// opened it (nil: the admin), and Theme the tenant's portal settings.
+	Portal   bool
+	OpenedBy *uuid.UUID
+	Theme    tenant.Portal
+	nonce    [16]byte
 }
 
-// sessionLen is the length of a session cookie's payload: version, key id,
-// tenant id, expiry (unix seconds), nonce.
+// Root is the path the session's pages live under.
+func (s Session) Root() string {
+	if s.Portal {
+		return portalRoot
+	}
+	return consoleRoot
+}
+
+// Can says what the session may see and do beyond the pages both share:
+// the portal shows a tenant's customer its endpoints, deliveries, retries,
+// recoveries and health, never the tenant's API keys, audit log or breaker
+// overrides.
+func (s Session) Can() Capabilities {
+	return Capabilities{Operator: !s.Portal}
+}
+
+// Capabilities are what a session may do; the templates and the routes
+// both follow them.
+type Capabilities struct {
+	// Operator: API keys, the audit log, breaker overrides.
+	Operator bool
+}
+
+// root is the path the request's pages live under.
+func root(ctx *gin.Context) string {
+	if v, ok := ctx.Get(sessionCtx); ok {
+		return v.(Session).Root()
+	}
+	if strings.HasPrefix(ctx.Request.URL.Path, portalRoot+"/") {
+		return portalRoot
+	}
+	return consoleRoot
+}
+
+// sessionLen is the length of a session cookie's payload: version (1 for
+// the console, 2 for the portal), key or portal session id, tenant id,
+// expiry (unix seconds), nonce.
 const sessionLen = 1 + 16 + 16 + 8 + 16
 
 func (c *Console) mac(label string, data []byte) []byte {
@@ -59,7 +102,7 @@ func (c *Console) mac(label string, data []byte) []byte {
 // encodeSession returns the cookie value of s: payload and MAC, base64.
 func (c *Console) encodeSession(s Session) string {
 	b := make([]byte, 0, sessionLen+sha256.Size)
-	b = append(b, 1)
+	b = append(b, sessionVersion(s.Portal))
 	b = append(b, s.KeyID[:]...)
 	b = append(b, s.TenantID[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.Expires.Unix())) //nolint:gosec // expiry times are after 1970
@@ -70,17 +113,26 @@ func (c *Console) encodeSession(s Session) string {
 
 var errBadSession = errors.New("invalid session")
 
-// decodeSession checks the MAC and expiry of a cookie value.
-func (c *Console) decodeSession(v string) (Session, error) {
+func sessionVersion(portal bool) byte {
+	if portal {
+		return 2
+	}
+	return 1
+}
+
+// decodeSession checks the MAC and expiry of a cookie value, and that it
+// is a portal session's cookie when portal is set and a console session's
+// otherwise.
+func (c *Console) decodeSession(v string, portal bool) (Session, error) {
 	b, err := base64.RawURLEncoding.DecodeString(v)
-	if err != nil || len(b) != sessionLen+sha256.Size || b[0] != 1 {
+	if err != nil || len(b) != sessionLen+sha256.Size || b[0] != sessionVersion(portal) {
 		return Session{}, errBadSession
 	}
 	payload, sum := b[:sessionLen], b[sessionLen:]
 	if !hmac.Equal(sum, c.mac("session", payload)) {
 		return Session{}, errBadSession
 	}
-	var s Session
+	s := Session{Portal: portal}
 	copy(s.KeyID[:], payload[1:17])
 	copy(s.TenantID[:], payload[17:33])
 	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[33:41])), 0) //nolint:gosec // written by us from a positive Unix time and authenticated
@@ -172,7 +224,7 @@ func (c *Console) requireSession(ctx *gin.Context) {
 		}
 	}
 	ctx.Set(sessionCtx, *s)
-	a := audit.Actor{KeyID: &s.KeyID, RemoteAddr: ctx.RemoteIP()}
+	a := audit.Actor{Type: audit.ActorAPIKey, KeyID: &s.KeyID, RemoteAddr: ctx.RemoteIP()}
 	ctx.Request = ctx.Request.WithContext(audit.WithActor(ctx.Request.Context(), a))
 	ctx.Next()
 }
@@ -184,7 +236,7 @@ func (c *Console) sessionOf(ctx *gin.Context) (*Session, error) {
 	if err != nil || v == "" {
 		return nil, nil
 	}
-	s, err := c.decodeSession(v)
+	s, err := c.decodeSession(v, false)
 	if err != nil {
 		return nil, nil
 	}
@@ -281,7 +333,7 @@ func (c *Console) signIn(ctx *gin.Context) {
 	}
 	c.setCookie(ctx, sessionCookie, c.encodeSession(s), int(time.Until(s.Expires).Seconds()))
 	c.setCookie(ctx, signInCookie, "", -1)
-	actx := audit.WithActor(ctx.Request.Context(), audit.Actor{KeyID: &p.KeyID, RemoteAddr: ctx.RemoteIP()})
+	actx := audit.WithActor(ctx.Request.Context(), audit.Actor{Type: audit.ActorAPIKey, KeyID: &p.KeyID, RemoteAddr: ctx.RemoteIP()})
 	if err := c.auditLog.Record(actx, p.TenantID, actionSignedIn, "api_key", p.KeyID.String(), map[string]any{"via": "console"}); err != nil {
 		c.log.Error("audit record failed", "action", actionSignedIn, "error", err)
 	}

@@ -72,7 +72,7 @@ func (c *Console) webhooksPage(ctx *gin.Context) {
 	d.noticeFrom(ctx)
 	if len(hooks) > pageSize {
 		hooks = hooks[:pageSize]
-		d.Next = "/console/webhooks?after=" + hooks[pageSize-1].ID.String()
+		d.Next = root(ctx) + "/webhooks?after=" + hooks[pageSize-1].ID.String()
 	}
 	ids := make([]uuid.UUID, len(hooks))
 	for i, h := range hooks {
@@ -201,7 +201,7 @@ func (c *Console) renderWebhookPage(ctx *gin.Context, w webhook.Webhook, status 
 		c.fail(ctx, err)
 		return
 	}
-	base := "/console/webhooks/" + w.ID.String()
+	base := root(ctx) + "/webhooks/" + w.ID.String()
 	q := url.Values{}
 	for k, v := range map[string]string{"state": d.Query.State, "event_type": d.Query.EventType, "from": d.Query.From, "to": d.Query.To} {
 		if v != "" {

@@ -18,7 +18,28 @@ type createdKey struct {
 }
 
 // createAPIKey answers POST /v1/api-keys: 201 with the key, shown once.
-func (s *Server) createAPIKey(c *gin.Context) {
+func (s *Server) createAPIKey(c *gin.Context) { s.createKeyFor(c, principal(c).TenantID) }
+
+// createTenantAPIKey answers the admin's POST /v1/tenants/{id}/api-keys,
+// which gives a tenant that lost its keys a new one.
+func (s *Server) createTenantAPIKey(c *gin.Context) {
+	if id, ok := s.pathTenant(c); ok {
+		s.createKeyFor(c, id)
+	}
+}
+
+// pathTenant returns the tenant of the route's :id, answering 404 when
+// there is none.
+func (s *Server) pathTenant(c *gin.Context) (uuid.UUID, bool) {
+	t, err := s.loadTenant(c)
+	if err != nil {
+		abort(c, err)
+		return uuid.Nil, false
+	}
+	return t.ID, true
+}
+
+func (s *Server) createKeyFor(c *gin.Context, tenantID uuid.UUID) {
 	var in tenant.KeyInput
 	if err := decodeJSON(c, maxAdminBody, &in); err != nil {
 		abort(c, err)
@@ -29,24 +50,33 @@ func (s *Server) createAPIKey(c *gin.Context) {
 		abort(c, err)
 		return
 	}
-	k, secret, err := s.tenants.CreateKey(c.Request.Context(), principal(c).TenantID, k)
+	k, secret, err := s.tenants.CreateKey(c.Request.Context(), tenantID, k)
 	if err != nil {
 		abort(c, mapKeyErr(err))
 		return
 	}
-	logger(c).Info("api key created", "api_key_id", k.ID.String(), "prefix", k.Prefix)
+	logger(c).Info("api key created", "tenant_id", tenantID.String(), "api_key_id", k.ID.String(), "prefix", k.Prefix)
 	c.JSON(http.StatusCreated, createdKey{Key: k, APIKey: secret})
 }
 
 // listAPIKeys answers GET /v1/api-keys: the tenant's keys, oldest first,
 // revoked and expired ones included, never the keys themselves.
-func (s *Server) listAPIKeys(c *gin.Context) {
+func (s *Server) listAPIKeys(c *gin.Context) { s.listKeysOf(c, principal(c).TenantID) }
+
+// listTenantAPIKeys answers the admin's GET /v1/tenants/{id}/api-keys.
+func (s *Server) listTenantAPIKeys(c *gin.Context) {
+	if id, ok := s.pathTenant(c); ok {
+		s.listKeysOf(c, id)
+	}
+}
+
+func (s *Server) listKeysOf(c *gin.Context, tenantID uuid.UUID) {
 	p, err := parsePage(c)
 	if err != nil {
 		abort(c, err)
 		return
 	}
-	keys, err := s.tenants.ListKeys(c.Request.Context(), principal(c).TenantID, p.After, p.Limit+1)
+	keys, err := s.tenants.ListKeys(c.Request.Context(), tenantID, p.After, p.Limit+1)
 	if err != nil {
 		abort(c, err)
 		return
@@ -62,20 +92,30 @@ type keyForgetter interface {
 // revokeAPIKey answers DELETE /v1/api-keys/{id}: 204; 409 for the last
 // active key. The key is refused from the next request on: this process
 // drops it from its authentication cache, and the database refuses it.
-func (s *Server) revokeAPIKey(c *gin.Context) {
-	id, err := pathID(c, "id")
+func (s *Server) revokeAPIKey(c *gin.Context) { s.revokeKeyOf(c, principal(c).TenantID, "id") }
+
+// revokeTenantAPIKey answers the admin's DELETE
+// /v1/tenants/{id}/api-keys/{key_id}, with the same rules.
+func (s *Server) revokeTenantAPIKey(c *gin.Context) {
+	if id, ok := s.pathTenant(c); ok {
+		s.revokeKeyOf(c, id, "key_id")
+	}
+}
+
+func (s *Server) revokeKeyOf(c *gin.Context, tenantID uuid.UUID, param string) {
+	id, err := pathID(c, param)
 	if err != nil {
 		abort(c, err)
 		return
 	}
-	if err := s.tenants.RevokeKey(c.Request.Context(), principal(c).TenantID, id); err != nil {
+	if err := s.tenants.RevokeKey(c.Request.Context(), tenantID, id); err != nil {
 		abort(c, mapKeyErr(err))
 		return
 	}
 	if f, ok := s.auth.(keyForgetter); ok {
 		f.Forget(id)
 	}
-	logger(c).Info("api key revoked", "api_key_id", id.String())
+	logger(c).Info("api key revoked", "tenant_id", tenantID.String(), "api_key_id", id.String())
 	c.Status(http.StatusNoContent)
 }
 

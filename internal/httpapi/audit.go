@@ -12,13 +12,18 @@ import (
 
 // auditActor puts who is calling into the request context, for the audit
 // rows that stores write inside their transactions: the tenant's API key,
-// or none for the admin token; and the address of the peer that connected
-// (not X-Forwarded-For, which a client can forge).
+// the service key acting for the tenant, or the admin token; and the
+// address of the peer that connected (not X-Forwarded-For, which a client
+// can forge). It runs after the route's authentication.
 func (s *Server) auditActor(c *gin.Context) {
-	a := audit.Actor{RemoteAddr: c.RemoteIP()}
+	a := audit.Actor{Type: audit.ActorAdmin, RemoteAddr: c.RemoteIP()}
 	if v, ok := c.Get(principalKey); ok {
-		id := v.(tenant.Principal).KeyID
-		a.KeyID = &id
+		p := v.(tenant.Principal)
+		if p.Service != nil {
+			a.Type, a.ServiceKeyID = audit.ActorServiceKey, &p.Service.ID
+		} else {
+			a.Type, a.KeyID = audit.ActorAPIKey, &p.KeyID
+		}
 	}
 	c.Request = c.Request.WithContext(audit.WithActor(c.Request.Context(), a))
 	c.Next()

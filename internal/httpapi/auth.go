@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/tenant"
@@ -47,25 +48,132 @@ func (s *Server) requireAdmin(c *gin.Context) {
 	c.Next()
 }
 
-// requireTenant authenticates a tenant API key and stores its principal.
+// TenantHeader names the tenant a service key acts for (docs/API.md,
+// "Service keys").
+const TenantHeader = "Hookline-Tenant"
+
+// requireTenant authenticates the caller of a tenant route and stores its
+// principal: a tenant API key, which acts for its own tenant, or a service
+// key acting for the tenant named in the Hookline-Tenant header, within the
+// scope the route needs (routeScope). A tenant outside the service key's
+// set is the same 404 as one that does not exist; a tenant API key naming
+// another tenant in the header gets that 404 too.
 func (s *Server) requireTenant(c *gin.Context) {
 	token, ok := bearer(c)
 	if !ok {
 		abort(c, errUnauthorized)
 		return
 	}
-	p, err := s.auth.Authenticate(c.Request.Context(), token)
-	if errors.Is(err, tenant.ErrUnauthorized) {
-		abort(c, errUnauthorized)
-		return
+	var (
+		p   tenant.Principal
+		err error
+	)
+	if strings.HasPrefix(token, tenant.ServiceKeyPrefix) {
+		p, err = s.authenticateService(c, token, c.GetHeader(TenantHeader), routeScope(c.Request.Method, c.FullPath()))
+	} else {
+		p, err = s.auth.Authenticate(c.Request.Context(), token)
+		if err == nil {
+			if h := c.GetHeader(TenantHeader); h != "" && h != p.TenantID.String() {
+				err = errNotFound
+			}
+		}
 	}
 	if err != nil {
-		abort(c, err)
+		abort(c, authErr(err))
 		return
 	}
-	c.Set(principalKey, p)
-	c.Set(loggerKey, logger(c).With("tenant_id", p.TenantID.String()))
+	s.setPrincipal(c, p)
 	c.Next()
+}
+
+// adminOrService lets through the admin token, and a service key acting
+// for the tenant of the route's :id with scope.
+func (s *Server) adminOrService(scope string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		token, ok := bearer(c)
+		if ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.API.AdminToken)) == 1 {
+			c.Set(adminKey, true)
+			c.Next()
+			return
+		}
+		if !ok || !strings.HasPrefix(token, tenant.ServiceKeyPrefix) {
+			abort(c, newError(errUnauthorized.Status, "unauthorized", "missing or invalid credential: send Authorization: Bearer with the admin token or a service key"))
+			return
+		}
+		p, err := s.authenticateService(c, token, c.Param("id"), scope)
+		if err != nil {
+			abort(c, authErr(err))
+			return
+		}
+		s.setPrincipal(c, p)
+		c.Next()
+	}
+}
+
+// authenticateService checks a service key acting for the tenant named by
+// tenantRef with scope.
+func (s *Server) authenticateService(c *gin.Context, token, tenantRef, scope string) (tenant.Principal, error) {
+	if tenantRef == "" {
+		return tenant.Principal{}, newError(http.StatusBadRequest, "tenant_required",
+			"a service key acts for one tenant per request: name it in the %s header", TenantHeader)
+	}
+	id, err := uuid.Parse(tenantRef)
+	if err != nil {
+		return tenant.Principal{}, errNotFound
+	}
+	p, err := s.auth.AuthenticateService(c.Request.Context(), token, id)
+	if err != nil {
+		return tenant.Principal{}, err
+	}
+	switch {
+	case scope == scopeNone:
+		return tenant.Principal{}, newError(http.StatusForbidden, "forbidden_for_service_keys",
+			"service keys cannot use %s; the admin manages a tenant's API keys under /v1/tenants/{id}/api-keys", c.FullPath())
+	case !p.Service.Allows(scope):
+		return tenant.Principal{}, newError(http.StatusForbidden, "insufficient_scope",
+			"this service key lacks the %s scope that %s %s needs", scope, c.Request.Method, c.FullPath())
+	}
+	return p, nil
+}
+
+// scopeNone marks routes no service key may use.
+const scopeNone = ""
+
+// routeScope is the service-key scope a tenant route needs: publish for
+// publishing, read for every GET, manage for every other change; the
+// tenant's own API keys are not a service key's to manage (scopeNone).
+func routeScope(method, route string) string {
+	switch {
+	case route == "/v1/api-keys" || strings.HasPrefix(route, "/v1/api-keys/"):
+		return scopeNone
+	case method == http.MethodGet || method == http.MethodHead:
+		return tenant.ScopeRead
+	case method == http.MethodPost && route == "/v1/events":
+		return tenant.ScopePublish
+	}
+	return tenant.ScopeManage
+}
+
+// authErr maps the authenticator's errors to answers.
+func authErr(err error) error {
+	switch {
+	case errors.Is(err, tenant.ErrUnauthorized):
+		return errUnauthorized
+	case errors.Is(err, tenant.ErrTenantNotInSet):
+		return errNotFound
+	}
+	return err
+}
+
+// setPrincipal stores who acts, and names the tenant (and the service key)
+// in the request's log lines.
+func (s *Server) setPrincipal(c *gin.Context, p tenant.Principal) {
+	c.Set(principalKey, p)
+	l := logger(c).With("tenant_id", p.TenantID.String())
+	if p.Service != nil {
+		l = l.With("service_key_id", p.Service.ID.String())
+	}
+	c.Set(loggerKey, l)
 }
 
 func principal(c *gin.Context) tenant.Principal {

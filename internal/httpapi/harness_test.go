@@ -49,6 +49,8 @@ type apiOptions struct {
 	checks    health.Checks
 	amqpURL   string // default: the local broker
 	redisAddr string // default: the local Redis
+	// console serves the console and the portal too (withConsole).
+	console bool
 }
 
 func newAPI(t *testing.T, opts ...func(*apiOptions)) *apiEnv {
@@ -87,14 +89,19 @@ func startAPI(t testing.TB, opts ...func(*apiOptions)) *apiEnv {
 	st.Deps.Checks = (&process.Deps{PG: pool, Redis: rdb, AMQP: conn}).Checks()
 	st.Deps.Checks["rabbitmq"] = st.Publisher.Check
 	maps.Copy(st.Deps.Checks, o.checks)
-	// The REST API alone: the console has its own tests.
-	st.Deps.Console = console.Config{}
+	// The REST API alone unless asked: the console has its own tests.
+	if !o.console {
+		st.Deps.Console = console.Config{}
+	}
 	srv, err := New(st.Deps)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &apiEnv{pool: pool, srv: srv, http: hs, logBuf: logBuf, topo: topo, amqp: conn}
 }
+
+// withConsole serves the console and the portal beside the REST API.
+func withConsole(o *apiOptions) { o.console = true }
 
 // forTest returns a copy of e that reports to t.
 func (e *apiEnv) forTest(t *testing.T) *apiEnv {
@@ -123,7 +130,7 @@ func (r resp) errField() string {
 	return f
 }
 
-func (e *apiEnv) do(method, path, token string, body any) resp {
+func (e *apiEnv) do(method, path, token string, body any, headers ...string) resp {
 	e.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -144,6 +151,9 @@ func (e *apiEnv) do(method, path, token string, body any) resp {
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(e.t, err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hookline/hookline/internal/audit"
@@ -120,9 +121,10 @@ func New(d Deps) (*Server, error) {
 	return s, nil
 }
 
-// authenticator checks tenant API keys.
+// authenticator checks tenant API keys and service keys.
 type authenticator interface {
 	Authenticate(ctx context.Context, key string) (tenant.Principal, error)
+	AuthenticateService(ctx context.Context, key string, tenantID uuid.UUID) (tenant.Principal, error)
 }
 
 // Handler returns the HTTP handler with every route.
@@ -145,11 +147,24 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/metrics", gin.WrapH(promhttp.Handler()))
 	r.GET("/openapi.json", serveOpenAPI)
 
-	admin := r.Group("/v1/tenants", s.requireAdmin, s.auditActor)
-	admin.POST("", s.createTenant)
-	admin.GET("/:id", s.getTenant)
-	admin.PATCH("/:id", s.updateTenant)
-	admin.GET("/:id/stats", s.tenantStats)
+	// Admin routes: the admin token, or where named a service key acting
+	// for the tenant :id.
+	admin := func(auth gin.HandlerFunc, h gin.HandlerFunc) []gin.HandlerFunc {
+		return []gin.HandlerFunc{auth, s.auditActor, h}
+	}
+	r.POST("/v1/tenants", admin(s.requireAdmin, s.createTenant)...)
+	r.GET("/v1/tenants", admin(s.requireAdmin, s.listTenants)...)
+	r.GET("/v1/tenants/:id", admin(s.requireAdmin, s.getTenant)...)
+	r.PATCH("/v1/tenants/:id", admin(s.requireAdmin, s.updateTenant)...)
+	r.GET("/v1/tenants/:id/stats", admin(s.adminOrService(tenant.ScopeRead), s.tenantStats)...)
+	r.POST("/v1/tenants/:id/api-keys", admin(s.requireAdmin, s.createTenantAPIKey)...)
+	r.GET("/v1/tenants/:id/api-keys", admin(s.requireAdmin, s.listTenantAPIKeys)...)
+	r.DELETE("/v1/tenants/:id/api-keys/:key_id", admin(s.requireAdmin, s.revokeTenantAPIKey)...)
+	r.POST("/v1/tenants/:id/portal-sessions", admin(s.adminOrService(tenant.ScopeManage), s.createPortalSession)...)
+	r.POST("/v1/service-keys", admin(s.requireAdmin, s.createServiceKey)...)
+	r.GET("/v1/service-keys", admin(s.requireAdmin, s.listServiceKeys)...)
+	r.GET("/v1/service-keys/:id", admin(s.requireAdmin, s.getServiceKey)...)
+	r.DELETE("/v1/service-keys/:id", admin(s.requireAdmin, s.revokeServiceKey)...)
 	r.GET("/v1/stats", s.adminOrTenant, s.stats)
 
 	v1 := r.Group("/v1", s.requireTenant, s.auditActor, refuseUnstorableQuery)
@@ -165,6 +180,7 @@ func (s *Server) Handler() http.Handler {
 	v1.DELETE("/webhooks/:id", s.deleteWebhook)
 	v1.POST("/webhooks/:id/secret/rotate", s.rotateSecret)
 	v1.POST("/webhooks/:id/verify", s.verifyWebhook)
+	v1.POST("/webhooks/:id/test", s.sendTestEvent)
 	v1.GET("/webhooks/:id/deliveries", s.listDeliveries)
 	v1.GET("/webhooks/:id/health", s.webhookHealth)
 	v1.PATCH("/webhooks/:id/circuit-breaker", s.overrideCircuit)
@@ -183,6 +199,7 @@ func (s *Server) Handler() http.Handler {
 	v1.POST("/dlq/batch-operations/:id/cancel", s.cancelBatch)
 	if s.console != nil {
 		s.console.Register(r.Group("/console"))
+		s.console.RegisterPortal(r.Group("/portal"))
 	}
 	return r
 }

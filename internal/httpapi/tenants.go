@@ -81,7 +81,7 @@ func (s *Server) updateTenant(c *gin.Context) {
 // tenantSettings are the fields of t an update may change.
 func tenantSettings(t tenant.Tenant) map[string]any {
 	return map[string]any{"name": t.Name, "rate_limit": t.RateLimit, "publish_rate_limit": t.PublishRateLimit,
-		"auto_disable": t.AutoDisable}
+		"auto_disable": t.AutoDisable, "portal": t.Portal}
 }
 
 func (s *Server) loadTenant(c *gin.Context) (tenant.Tenant, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/webhook"
@@ -212,4 +213,33 @@ func mapWebhookErr(err error) error {
 		return newError(http.StatusConflict, "webhook_limit_reached", "%s; delete one first", err.Error())
 	}
 	return err
+}
+
+// sendTestEvent answers POST /v1/webhooks/{id}/test: 202 with a new event
+// of type hookline.test delivered to this webhook alone, whatever its
+// event types and filter; 409 when the webhook is paused. It counts
+// against the tenant's publish limit like any event.
+func (s *Server) sendTestEvent(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	if s.refusedByPublishLimit(c) {
+		return
+	}
+	res, err := s.events.SendTest(c.Request.Context(), principal(c).TenantID, id)
+	switch {
+	case errors.Is(err, event.ErrWebhookNotFound):
+		abort(c, errNotFound)
+		return
+	case errors.Is(err, event.ErrWebhookInactive):
+		abort(c, newError(http.StatusConflict, "webhook_inactive", "%s", err.Error()))
+		return
+	case err != nil:
+		abort(c, err)
+		return
+	}
+	logger(c).Info("test event sent", "webhook_id", id.String(), "event_id", res.ID.String())
+	c.JSON(http.StatusAccepted, res)
 }

@@ -22,6 +22,7 @@ type Input struct {
 	AutoDisable *struct {
 		FailingForMS *int64 `json:"failing_for_ms"`
 	} `json:"auto_disable"`
+	Portal *PortalInput `json:"portal"`
 }
 
 const (
@@ -53,6 +54,14 @@ func Build(base Tenant, in Input, creating bool) (Tenant, error) {
 	}
 	if ad := in.AutoDisable; ad != nil {
 		setInt64(&t.AutoDisable.FailingForMS, ad.FailingForMS)
+	}
+	portal, err := in.Portal.apply(t.Portal)
+	if err != nil {
+		return Tenant{}, err
+	}
+	t.Portal = portal
+	if t.Portal.FrameOrigins == nil {
+		t.Portal.FrameOrigins = []string{}
 	}
 	return t, fielderr.First(
 		fielderr.InRange("rate_limit.requests_per_minute", t.RateLimit.RequestsPerMinute, 1, maxRate),

@@ -38,8 +38,10 @@ type Tenant struct {
 	// AutoDisable is the default of the tenant's webhooks for being
 	// disabled automatically (a webhook may set its own).
 	AutoDisable AutoDisable `json:"auto_disable"`
-	CreatedAt   time.Time   `json:"created_at"`
-	UpdatedAt   time.Time   `json:"updated_at"`
+	// Portal is how the tenant's portal looks and where it may be framed.
+	Portal    Portal    `json:"portal"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // AutoDisable is a tenant's setting for disabling its failing endpoints.
@@ -49,10 +51,14 @@ type AutoDisable struct {
 	FailingForMS int64 `json:"failing_for_ms"`
 }
 
-// Principal is who an API key authenticates.
+// Principal is who an API key authenticates, or the tenant a service key
+// acts for.
 type Principal struct {
 	TenantID uuid.UUID
-	KeyID    uuid.UUID
+	// KeyID is the tenant's API key; uuid.Nil when Service is set.
+	KeyID uuid.UUID
+	// Service is the service key acting for the tenant, when it is one.
+	Service *ServiceKey
 	// ExpiresAt is when the key stops working, if ever.
 	ExpiresAt *time.Time
 	// PublishLimit is the tenant's publish rate limit.
@@ -69,14 +75,21 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 const (
 	tenantColumns = `id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at,
-	auto_disable_failing_ms`
+	auto_disable_failing_ms, portal`
 	insertTenantSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at,
-	auto_disable_failing_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)`
+	auto_disable_failing_ms, portal)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)`
 	getTenantSQL    = `SELECT ` + tenantColumns + ` FROM tenants WHERE id = $1`
 	updateTenantSQL = `UPDATE tenants SET name = $2, rate_limit_rpm = $3, rate_limit_burst = $4,
-	publish_rps = $5, publish_burst = $6, auto_disable_failing_ms = $7, updated_at = now()
+	publish_rps = $5, publish_burst = $6, auto_disable_failing_ms = $7, portal = $8, updated_at = now()
 WHERE id = $1 RETURNING ` + tenantColumns
+	// listTenantsSQL pages through tenants by id; $1 (when not empty)
+	// finds a tenant by its id or by a part of its name, case-insensitive
+	// ($2 is that part, its LIKE wildcards escaped).
+	listTenantsSQL = `SELECT ` + tenantColumns + ` FROM tenants
+WHERE ($1 = '' OR id::text = lower($1) OR name ILIKE '%' || $2 || '%')
+  AND ($3::uuid IS NULL OR id > $3)
+ORDER BY id LIMIT $4`
 	// authenticateSQL finds a valid key by its hash and, in the same round
 	// trip, records its use: at most once a minute per key, so that a busy
 	// key does not write a row version per request.
@@ -102,7 +115,7 @@ func (s *Store) Create(ctx context.Context, t Tenant) (Tenant, string, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertTenantSQL, t.ID, t.Name, t.RateLimit.RequestsPerMinute,
 			t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.CreatedAt,
-			t.AutoDisable.FailingForMS); err != nil {
+			t.AutoDisable.FailingForMS, t.Portal); err != nil {
 			return fmt.Errorf("insert tenant: %w", err)
 		}
 		keyID := uuid.Must(uuid.NewV7())
@@ -137,7 +150,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (Tenant, error) {
 // Update stores the name and limits of t.
 func (s *Store) Update(ctx context.Context, t Tenant) (Tenant, error) {
 	out, err := scanTenant(s.pool.QueryRow(ctx, updateTenantSQL, t.ID, t.Name, t.RateLimit.RequestsPerMinute,
-		t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.AutoDisable.FailingForMS))
+		t.RateLimit.Burst, t.PublishRateLimit.RequestsPerSecond, t.PublishRateLimit.Burst, t.AutoDisable.FailingForMS, t.Portal))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Tenant{}, ErrNotFound
 	}
@@ -176,9 +189,28 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 	var t Tenant
 	err := row.Scan(&t.ID, &t.Name, &t.RateLimit.RequestsPerMinute, &t.RateLimit.Burst,
 		&t.PublishRateLimit.RequestsPerSecond, &t.PublishRateLimit.Burst, &t.CreatedAt, &t.UpdatedAt,
-		&t.AutoDisable.FailingForMS)
+		&t.AutoDisable.FailingForMS, &t.Portal)
 	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	if t.Portal.FrameOrigins == nil {
+		t.Portal.FrameOrigins = []string{}
+	}
 	return t, err
+}
+
+// List returns up to limit tenants after the id after (when given), by id;
+// a non-empty query keeps the tenant of that id and those whose name
+// contains it, case-insensitive.
+func (s *Store) List(ctx context.Context, query string, after *uuid.UUID, limit int) ([]Tenant, error) {
+	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(query)
+	rows, err := s.pool.Query(ctx, listTenantsSQL, query, like, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Tenant, error) { return scanTenant(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return out, nil
 }
 
 func newKey() string {
