@@ -84,14 +84,16 @@ func TestOpenAPIGeneratedClient(t *testing.T) {
 	out, err := cmd.Output()
 	require.NoError(t, err, "the generated client against the api: %s", stderr.String())
 	var got struct {
-		TenantKey       string                     `json:"tenant_key"`
-		WebhookID       string                     `json:"webhook_id"`
-		WebhookMetadata map[string]json.RawMessage `json:"webhook_metadata"`
-		Listed          []string                   `json:"listed"`
-		EventID         string                     `json:"event_id"`
-		EventType       string                     `json:"event_type"`
-		EventData       map[string]json.RawMessage `json:"event_data"`
-		NotFoundCode    string                     `json:"not_found_code"`
+		TenantKey         string                     `json:"tenant_key"`
+		WebhookID         string                     `json:"webhook_id"`
+		WebhookMetadata   map[string]json.RawMessage `json:"webhook_metadata"`
+		Listed            []string                   `json:"listed"`
+		EventID           string                     `json:"event_id"`
+		EventType         string                     `json:"event_type"`
+		EventData         map[string]json.RawMessage `json:"event_data"`
+		NotFoundCode      string                     `json:"not_found_code"`
+		ServiceEventID    string                     `json:"service_event_id"`
+		ServiceDeliveries int                        `json:"service_deliveries"`
 	}
 	require.NoError(t, json.Unmarshal(out, &got), string(out))
 
@@ -109,6 +111,10 @@ func TestOpenAPIGeneratedClient(t *testing.T) {
 	ev := e.do("GET", "/v1/events/"+got.EventID, got.TenantKey, nil)
 	require.Equal(t, http.StatusOK, ev.Status, string(ev.Raw))
 	require.Equal(t, map[string]any{"order_id": float64(42)}, ev.Body["data"])
+	require.Equal(t, 1, got.ServiceDeliveries, "the service key's event reached the tenant's webhook")
+	sev := e.do("GET", "/v1/events/"+got.ServiceEventID, got.TenantKey, nil)
+	require.Equal(t, http.StatusOK, sev.Status, string(sev.Raw))
+	require.Equal(t, map[string]any{"order_id": float64(43)}, sev.Body["data"])
 }
 
 // goCmd runs the go command in dir and returns its standard output; the test

@@ -19,9 +19,14 @@ import (
 	"hookline.test/genclient/hookclient"
 )
 
-// credentials answers both security schemes of the document: the admin
-// token, and the tenant key once the tenant is created.
+// credentials answers the security schemes of the document: the admin
+// token, and the tenant key once the tenant is created (or a service key
+// acting for a tenant, which tenant routes take in its place).
 type credentials struct{ admin, tenant string }
+
+func (c *credentials) ServiceToken(context.Context, hookclient.OperationName) (hookclient.ServiceToken, error) {
+	return hookclient.ServiceToken{Token: c.tenant}, nil
+}
 
 func (c *credentials) AdminToken(context.Context, hookclient.OperationName) (hookclient.AdminToken, error) {
 	return hookclient.AdminToken{Token: c.admin}, nil
@@ -42,6 +47,10 @@ type report struct {
 	EventType       string                     `json:"event_type"`
 	EventData       map[string]json.RawMessage `json:"event_data"`
 	NotFoundCode    string                     `json:"not_found_code"`
+	// ServiceEventID is an event published by a service key acting for
+	// the tenant.
+	ServiceEventID    string `json:"service_event_id"`
+	ServiceDeliveries int    `json:"service_deliveries"`
 }
 
 func main() {
@@ -83,7 +92,7 @@ func run(ctx context.Context, baseURL, adminToken string) (*report, error) {
 		URL:      hookclient.NewOptString("https://8.8.8.8/hooks"),
 		Events:   []string{"order.*"},
 		Metadata: hookclient.NewOptWebhookInputMetadata(hookclient.WebhookInputMetadata{"team": jx.Raw(`"payments"`)}),
-	})
+	}, hookclient.CreateWebhookParams{})
 	if err != nil {
 		return nil, fmt.Errorf("createWebhook: %w", err)
 	}
@@ -149,6 +158,33 @@ func run(ctx context.Context, baseURL, adminToken string) (*report, error) {
 		return nil, fmt.Errorf("getWebhook of an unknown id answered %T %+v", nres, nres)
 	}
 	out.NotFoundCode = nf.Error.Code
+
+	// A service key of the tenant's set publishes for it, naming it in the
+	// Hookline-Tenant header.
+	sres, err := c.CreateServiceKey(ctx, &hookclient.ServiceKeyInput{
+		Scopes:    []hookclient.ServiceKeyInputScopesItem{hookclient.ServiceKeyInputScopesItemPublish},
+		TenantIds: hookclient.NewOptNilUUIDArray([]uuid.UUID{tenant.ID.Value}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("createServiceKey: %w", err)
+	}
+	sk, ok := sres.(*hookclient.ServiceKeyCreated)
+	if !ok {
+		return nil, fmt.Errorf("createServiceKey answered %T %+v", sres, sres)
+	}
+	creds.tenant = sk.ServiceKey.Value
+	spres, err := c.PublishEvent(ctx, &hookclient.PublishInput{
+		EventType: "order.created",
+		Data:      hookclient.PublishInputData{"order_id": jx.Raw(`43`)},
+	}, hookclient.PublishEventParams{HooklineTenant: hookclient.NewOptUUID(tenant.ID.Value)})
+	if err != nil {
+		return nil, fmt.Errorf("publishEvent with a service key: %w", err)
+	}
+	spub, ok := spres.(*hookclient.PublishResult)
+	if !ok {
+		return nil, fmt.Errorf("publishEvent with a service key answered %T %+v", spres, spres)
+	}
+	out.ServiceEventID, out.ServiceDeliveries = spub.ID.Value.String(), spub.Deliveries.Value
 	return &out, nil
 }
 
