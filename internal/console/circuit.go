@@ -23,6 +23,9 @@ type circuitView struct {
 	ForcedUntil *time.Time
 	Successes   int
 	Failures    int
+	// Off: the webhook's breaker is disabled, so no state applies and
+	// there is nothing to override.
+	Off bool
 }
 
 func (c *Console) circuit(ctx context.Context, w webhook.Webhook) (circuitView, error) {
@@ -30,7 +33,8 @@ func (c *Console) circuit(ctx context.Context, w webhook.Webhook) (circuitView, 
 	if err != nil {
 		return circuitView{}, err
 	}
-	v := circuitView{State: e.State, Source: e.Source, OpenedAt: e.OpenedAt, ForcedUntil: e.ForcedUntil}
+	v := circuitView{State: e.State, Source: e.Source, OpenedAt: e.OpenedAt, ForcedUntil: e.ForcedUntil,
+		Off: !w.CircuitBreakerConfig.Enabled}
 	if e.ForcedState != nil {
 		forced := string(*e.ForcedState)
 		v.ForcedState = &forced

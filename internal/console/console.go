@@ -55,6 +55,9 @@ type Config struct {
 	// says so (X-Forwarded-Proto: https); set this when a TLS-terminating
 	// proxy does not send that header.
 	SecureCookies bool
+	// SecretRotationGrace is how long a rotated secret keeps signing
+	// (api.secret_rotation_grace). Default 24h.
+	SecretRotationGrace time.Duration
 }
 
 // Authenticator checks a tenant API key (tenant.Store, or the api's cache
@@ -74,6 +77,8 @@ type Deps struct {
 	DLQ        *dlq.Store
 	Breaker    *breaker.Breaker
 	Overrides  *breaker.Overrides
+	// Rules validate webhooks created and changed, as in the REST API.
+	Rules webhook.Rules
 	// AdminToken seeds the session key when Config.SessionKey is empty.
 	AdminToken string
 }
@@ -92,6 +97,7 @@ type Console struct {
 	dlq        *dlq.Store
 	breaker    *breaker.Breaker
 	overrides  *breaker.Overrides
+	rules      webhook.Rules
 	key        []byte
 	pages      pages
 	now        func() time.Time
@@ -105,6 +111,9 @@ func New(cfg Config, d Deps) *Console {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = defaultSessionTTL
 	}
+	if cfg.SecretRotationGrace <= 0 {
+		cfg.SecretRotationGrace = 24 * time.Hour
+	}
 	key := cfg.SessionKey
 	if len(key) == 0 {
 		m := hmac.New(sha256.New, []byte(d.AdminToken))
@@ -113,7 +122,7 @@ func New(cfg Config, d Deps) *Console {
 	}
 	c := &Console{cfg: cfg, log: d.Log, db: cfg.DB, tenants: d.Tenants, auth: d.Auth, auditLog: d.Tenants.AuditLog(),
 		webhooks: d.Webhooks, events: d.Events, deliveries: d.Deliveries, dlq: d.DLQ, breaker: d.Breaker,
-		overrides: d.Overrides, key: key, now: time.Now}
+		overrides: d.Overrides, rules: d.Rules, key: key, now: time.Now}
 	c.pages = parsePages(c.funcs())
 	return c
 }
@@ -135,7 +144,17 @@ func (c *Console) Register(g *gin.RouterGroup) {
 func (c *Console) registerPages(g *gin.RouterGroup, operator bool) {
 	g.GET("", func(ctx *gin.Context) { ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks") })
 	g.GET("/webhooks", c.webhooksPage)
+	g.GET("/webhooks/new", c.newWebhookPage)
+	g.POST("/webhooks", c.createWebhook)
 	g.GET("/webhooks/:id", c.webhookPage)
+	g.GET("/webhooks/:id/edit", c.editWebhookPage)
+	g.POST("/webhooks/:id/edit", c.updateWebhook)
+	g.POST("/webhooks/:id/pause", c.setActive(false))
+	g.POST("/webhooks/:id/resume", c.setActive(true))
+	g.POST("/webhooks/:id/delete", c.deleteWebhook)
+	g.POST("/webhooks/:id/secret/reveal", c.revealSecret)
+	g.POST("/webhooks/:id/secret/rotate", c.rotateSecret)
+	g.POST("/webhooks/:id/test", c.sendTestEvent)
 	g.POST("/webhooks/:id/recover", c.recoverWebhook)
 	g.GET("/deliveries/:id", c.deliveryPage)
 	g.POST("/deliveries/:id/retry", c.retryDelivery)
@@ -169,7 +188,7 @@ func (c *Console) recordAudit(ctx *gin.Context, action, targetType, targetID str
 	if details == nil {
 		details = map[string]any{}
 	}
-	details["via"] = "console"
+	details["via"] = via(ctx)
 	s := session(ctx)
 	if err := c.auditLog.Record(ctx.Request.Context(), s.TenantID, action, targetType, targetID, details); err != nil {
 		c.log.Error("audit record failed", "action", action, "target_id", targetID, "error", err)

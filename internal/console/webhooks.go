@@ -31,6 +31,11 @@ var notices = map[string]string{
 	"batch_created":    "Batch retry created: a dlq process picks it up within a second or two.",
 	"batch_cancelled":  "Batch retry cancelled. Retries it already made go on.",
 	"recovery_created": "Recovery created: a dlq process picks it up within a second or two; it is listed with the batch operations below.",
+	"updated":          "Endpoint saved.",
+	"paused":           "Endpoint paused: events published meanwhile make no delivery to it (a recovery can deliver them later).",
+	"resumed":          "Endpoint resumed: new events are delivered to it again.",
+	"deleted":          "Endpoint deleted. Its pending deliveries were cancelled; its history is kept.",
+	"test_sent":        "Test event sent: its delivery is at the top of the list below.",
 }
 
 func (b *base) noticeFrom(ctx *gin.Context) {
@@ -45,6 +50,7 @@ type webhookRow struct {
 
 type webhooksData struct {
 	base
+	Charts    []chartSet
 	Rows      []webhookRow
 	Exhausted []exhaustedHook
 	// Total is the number of deliveries in Exhausted.
@@ -98,6 +104,10 @@ func (c *Console) webhooksPage(ctx *gin.Context) {
 	for _, e := range d.Exhausted {
 		d.Total += e.Count
 	}
+	if d.Charts, err = c.charts(rctx, s.TenantID, nil); err != nil {
+		c.fail(ctx, err)
+		return
+	}
 	c.render(ctx, http.StatusOK, "webhooks", &d)
 }
 
@@ -142,6 +152,7 @@ type historyQuery struct {
 
 type webhookData struct {
 	base
+	Charts     []chartSet
 	Hook       webhook.Webhook
 	Circuit    circuitView
 	Health     history.Health
@@ -181,6 +192,10 @@ func (c *Console) renderWebhookPage(ctx *gin.Context, w webhook.Webhook, status 
 		return
 	}
 	if d.Health, err = c.deliveries.Health(rctx, w.ID, c.now()); err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	if d.Charts, err = c.charts(rctx, session(ctx).TenantID, &w.ID); err != nil {
 		c.fail(ctx, err)
 		return
 	}

@@ -114,7 +114,8 @@ func New(d Deps) (*Server, error) {
 		s.auth = tenant.NewCachedAuth(d.Tenants, ttl)
 	}
 	if d.Console.DB != nil {
-		s.console = console.New(d.Console, console.Deps{Log: d.Log, Tenants: d.Tenants, Auth: s.auth,
+		d.Console.SecretRotationGrace = d.Config.API.SecretRotationGrace.D()
+		s.console = console.New(d.Console, console.Deps{Rules: s.rules, Log: d.Log, Tenants: d.Tenants, Auth: s.auth,
 			Webhooks: d.Webhooks, Events: d.Events, Deliveries: d.Deliveries, DLQ: d.DLQ, Breaker: d.Breaker,
 			Overrides: d.Overrides, AdminToken: d.Config.API.AdminToken})
 	}

@@ -1,0 +1,259 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hookline/hookline/internal/event"
+	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// Managing endpoints from the console and the portal: create, edit, pause
+// and resume, delete, reveal and rotate the secret, send a test event. Each
+// action calls the store the REST API calls, with the same validation
+// (webhook.Rules), and writes the same audit rows.
+
+// actionSecretRevealed is the audit action of showing a webhook's secret
+// again.
+const actionSecretRevealed = "webhook.secret_revealed"
+
+// webhookForm is the create and edit form, as typed.
+type webhookForm struct {
+	URL, Events, Filter string
+}
+
+type webhookFormData struct {
+	base
+	// Hook is the webhook edited; nil when creating one.
+	Hook *webhook.Webhook
+	Form webhookForm
+}
+
+type secretData struct {
+	base
+	Hook   webhook.Webhook
+	Secret string
+	// Created, Rotated say why the secret is shown; PreviousUntil is how
+	// long the previous secret still signs after a rotation.
+	Created, Rotated bool
+	PreviousUntil    *time.Time
+}
+
+// newWebhookPage shows the empty create form.
+func (c *Console) newWebhookPage(ctx *gin.Context) {
+	d := webhookFormData{Form: webhookForm{Events: "*"}}
+	d.Title, d.Nav = "Add an endpoint", "webhooks"
+	c.render(ctx, http.StatusOK, "webhookform", &d)
+}
+
+// editWebhookPage shows the edit form of a webhook.
+func (c *Console) editWebhookPage(ctx *gin.Context) {
+	w, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	d := webhookFormData{Hook: &w, Form: webhookForm{URL: w.URL, Events: strings.Join(w.Events, ", "), Filter: w.Filter}}
+	d.Title, d.Nav = "Edit "+w.URL, "webhooks"
+	c.render(ctx, http.StatusOK, "webhookform", &d)
+}
+
+// formInput reads the create and edit form into the API's input.
+func formInput(ctx *gin.Context) (webhookForm, webhook.Input) {
+	f := webhookForm{URL: strings.TrimSpace(ctx.PostForm("url")), Events: ctx.PostForm("events"),
+		Filter: strings.TrimSpace(ctx.PostForm("filter"))}
+	events := strings.FieldsFunc(f.Events, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
+	return f, webhook.Input{URL: &f.URL, Events: events, Filter: &f.Filter}
+}
+
+// formError says what is wrong with the form, or "" when err is not the
+// input's fault.
+func formError(err error) string {
+	var fe *fielderr.Error
+	switch {
+	case errors.As(err, &fe):
+		return fe.Error()
+	case errors.Is(err, webhook.ErrTooMany):
+		return err.Error()
+	}
+	return ""
+}
+
+// createWebhook registers an endpoint and shows its secret, this once.
+func (c *Console) createWebhook(ctx *gin.Context) {
+	form, in := formInput(ctx)
+	w, err := c.rules.Build(ctx.Request.Context(), webhook.Webhook{TenantID: session(ctx).TenantID}, in, true)
+	if err == nil {
+		w, err = c.webhooks.Create(ctx.Request.Context(), w)
+	}
+	if msg := formError(err); msg != "" {
+		d := webhookFormData{Form: form}
+		d.Title, d.Nav, d.Error = "Add an endpoint", "webhooks", msg
+		c.render(ctx, http.StatusBadRequest, "webhookform", &d)
+		return
+	}
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	c.log.Info("webhook created", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "via", via(ctx))
+	d := secretData{Hook: w, Secret: w.Secret, Created: true}
+	d.Title, d.Nav = "Endpoint added", "webhooks"
+	c.render(ctx, http.StatusCreated, "secret", &d)
+}
+
+// updateWebhook changes a webhook's URL, event types and filter.
+func (c *Console) updateWebhook(ctx *gin.Context) {
+	current, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	form, in := formInput(ctx)
+	w, err := c.rules.Build(ctx.Request.Context(), current, in, false)
+	if err == nil {
+		w.CreatedAt = current.CreatedAt
+		w, err = c.webhooks.Update(ctx.Request.Context(), w)
+	}
+	if errors.Is(err, webhook.ErrNotFound) {
+		c.notFound(ctx)
+		return
+	}
+	if msg := formError(err); msg != "" {
+		d := webhookFormData{Hook: &current, Form: form}
+		d.Title, d.Nav, d.Error = "Edit "+current.URL, "webhooks", msg
+		c.render(ctx, http.StatusBadRequest, "webhookform", &d)
+		return
+	}
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice=updated")
+}
+
+// setActive pauses or resumes a webhook.
+func (c *Console) setActive(active bool) gin.HandlerFunc {
+	return func(ctx *gin.Context) {
+		current, ok := c.loadWebhook(ctx)
+		if !ok {
+			return
+		}
+		w, err := c.rules.Build(ctx.Request.Context(), current, webhook.Input{Active: &active}, false)
+		if err == nil {
+			w.CreatedAt = current.CreatedAt
+			w, err = c.webhooks.Update(ctx.Request.Context(), w)
+		}
+		if errors.Is(err, webhook.ErrNotFound) {
+			c.notFound(ctx)
+			return
+		}
+		if err != nil {
+			c.fail(ctx, err)
+			return
+		}
+		notice := "resumed"
+		if !active {
+			notice = "paused"
+			if current.Active {
+				metrics.WebhooksDisabled.WithLabelValues(webhook.DisabledManual).Inc()
+			}
+		}
+		ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+notice)
+	}
+}
+
+// deleteWebhook deletes a webhook once the form confirms it: its pending
+// deliveries are cancelled, its history kept.
+func (c *Console) deleteWebhook(ctx *gin.Context) {
+	w, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	if ctx.PostForm("confirm") != w.URL {
+		c.webhookPageWith(ctx, w, http.StatusBadRequest, "To delete this endpoint, type its URL exactly in the confirmation box.")
+		return
+	}
+	err := c.webhooks.Delete(ctx.Request.Context(), session(ctx).TenantID, w.ID)
+	if errors.Is(err, webhook.ErrNotFound) {
+		c.notFound(ctx)
+		return
+	}
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	c.log.Info("webhook deleted", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "via", via(ctx))
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks?notice=deleted")
+}
+
+// revealSecret shows a webhook's current secret, and audits that it was
+// shown.
+func (c *Console) revealSecret(ctx *gin.Context) {
+	w, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	c.recordAudit(ctx, actionSecretRevealed, "webhook", w.ID.String(), nil)
+	d := secretData{Hook: w, Secret: w.Secret}
+	d.Title, d.Nav = "Signing secret", "webhooks"
+	c.render(ctx, http.StatusOK, "secret", &d)
+}
+
+// rotateSecret gives a webhook a new secret; the previous one keeps
+// signing (beside it) for the configured grace period.
+func (c *Console) rotateSecret(ctx *gin.Context) {
+	w, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	until := c.now().UTC().Add(c.cfg.SecretRotationGrace).Truncate(time.Microsecond)
+	w, err := c.webhooks.RotateSecret(ctx.Request.Context(), session(ctx).TenantID, w.ID, webhook.NewSecret(), until)
+	if errors.Is(err, webhook.ErrNotFound) {
+		c.notFound(ctx)
+		return
+	}
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	d := secretData{Hook: w, Secret: w.Secret, Rotated: true, PreviousUntil: &until}
+	d.Title, d.Nav = "Secret rotated", "webhooks"
+	c.render(ctx, http.StatusOK, "secret", &d)
+}
+
+// sendTestEvent sends a hookline.test event to this webhook alone and
+// shows the event.
+func (c *Console) sendTestEvent(ctx *gin.Context) {
+	w, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	res, err := c.events.SendTest(ctx.Request.Context(), session(ctx).TenantID, w.ID)
+	switch {
+	case errors.Is(err, event.ErrWebhookNotFound):
+		c.notFound(ctx)
+		return
+	case errors.Is(err, event.ErrWebhookInactive):
+		c.webhookPageWith(ctx, w, http.StatusConflict, "This endpoint is paused: resume it to send a test event.")
+		return
+	case err != nil:
+		c.fail(ctx, err)
+		return
+	}
+	c.log.Info("test event sent", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "event_id", res.ID.String(),
+		"via", via(ctx))
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice=test_sent")
+}
+
+// via names where an action came from, for log lines.
+func via(ctx *gin.Context) string {
+	if session(ctx).Portal {
+		return "portal"
+	}
+	return "console"
+}
