@@ -158,6 +158,7 @@ func (c *Console) registerPages(g *gin.RouterGroup, operator bool) {
 	g.POST("/webhooks/:id/recover", c.recoverWebhook)
 	g.GET("/deliveries/:id", c.deliveryPage)
 	g.POST("/deliveries/:id/retry", c.retryDelivery)
+	g.GET("/events/:id", c.eventPage)
 	g.POST("/events/:id/replay", c.replayEvent)
 	g.GET("/dlq", c.dlqPage)
 	g.POST("/dlq/batches", c.createBatch)

@@ -1,8 +1,6 @@
 package console
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -82,14 +80,7 @@ func (c *Console) deliveryPageWith(ctx *gin.Context, dl history.Detail, status i
 		c.fail(ctx, err)
 		return
 	}
-	if len(d.Event.Data) > 0 {
-		var buf bytes.Buffer
-		if json.Indent(&buf, d.Event.Data, "", "  ") == nil {
-			d.Payload = buf.String()
-		} else {
-			d.Payload = string(d.Event.Data)
-		}
-	}
+	d.Payload = indentJSON(d.Event.Data)
 	for _, o := range d.Event.Deliveries {
 		if o.WebhookID == dl.WebhookID && o.ID != dl.ID {
 			d.Others = append(d.Others, o)

@@ -36,7 +36,8 @@ func serveStylesheet(c *gin.Context) {
 // pages are the parsed templates, one per page, each with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"signin", "error", "webhooks", "webhook", "delivery", "dlq", "audit", "webhookform", "secret"}
+var pageNames = []string{"signin", "error", "webhooks", "webhook", "delivery", "dlq", "audit", "webhookform", "secret",
+	"event"}
 
 func parsePages(funcs template.FuncMap) pages {
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
