@@ -160,6 +160,7 @@ func (c *Console) registerPages(g *gin.RouterGroup, operator bool) {
 	g.POST("/deliveries/:id/retry", c.retryDelivery)
 	g.GET("/events/:id", c.eventPage)
 	g.POST("/events/:id/replay", c.replayEvent)
+	g.GET("/search", c.searchPage)
 	g.GET("/dlq", c.dlqPage)
 	g.POST("/dlq/batches", c.createBatch)
 	g.POST("/dlq/batches/:id/cancel", c.cancelBatch)
