@@ -167,6 +167,9 @@ func (c *Console) registerPages(g *gin.RouterGroup, operator bool) {
 	if operator {
 		g.POST("/webhooks/:id/circuit-breaker", c.overrideCircuit)
 		g.GET("/audit", c.auditPage)
+		g.GET("/api-keys", c.apiKeysPage)
+		g.POST("/api-keys", c.createAPIKey)
+		g.POST("/api-keys/:id/revoke", c.revokeAPIKey)
 	}
 }
 

@@ -37,7 +37,7 @@ func serveStylesheet(c *gin.Context) {
 type pages map[string]*template.Template
 
 var pageNames = []string{"signin", "error", "webhooks", "webhook", "delivery", "dlq", "audit", "webhookform", "secret",
-	"event", "search"}
+	"event", "search", "apikeys"}
 
 func parsePages(funcs template.FuncMap) pages {
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
