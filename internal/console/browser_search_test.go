@@ -11,7 +11,8 @@ import (
 )
 
 // An operator pastes an idempotency key from a support ticket into the
-// search box, reads the event and its deliveries, follows one and comes
+// search box, reads the event and its deliveries, finds another by its id,
+// follows one and comes
 // back; then creates an API key, copies it from the page that shows it
 // once, and reads who did what in the audit log: a real Chromium, so that
 // the pages work under the console's content security policy.
@@ -39,6 +40,13 @@ func TestSearchAndKeysInBrowser(t *testing.T) {
 	require.Equal(t, "order-1001", b.text(".facts dd:nth-of-type(5)"))
 	require.Contains(t, b.text("pre.json"), `"amount": 42`)
 	b.screenshot("22-event")
+
+	// A delivery id from the endpoint's logs finds the delivery.
+	b.do(chromedp.Click(chromedp.CSS(`nav a[href="/console/search"]`)), chromedp.WaitVisible(chromedp.CSS("#q")))
+	b.do(chromedp.SetValue(chromedp.CSS("#q"), deliveries[1].String()), chromedp.Click(chromedp.CSS(`form[role="search"] button`)))
+	b.waitLocation("/console/deliveries/"+deliveries[1].String(), 10*time.Second)
+	b.do(chromedp.WaitVisible(chromedp.CSS("#attempts-h")))
+	b.do(chromedp.Navigate(e.URL+"/console/events/"+ev.String()), chromedp.WaitVisible(chromedp.CSS("#deliveries-h")))
 
 	b.do(chromedp.Click(chromedp.CSS(`a[href="/console/deliveries/`+deliveries[0].String()+`"]`)), chromedp.WaitVisible(chromedp.CSS("#attempts-h")))
 	b.do(chromedp.Click(chromedp.CSS(`.facts a[href="/console/events/`+ev.String()+`"]`)), chromedp.WaitVisible(chromedp.CSS("#deliveries-h")))

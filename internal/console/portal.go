@@ -130,7 +130,9 @@ func (c *Console) startPortal(ctx *gin.Context) {
 // http://localhost as secure) and Partitioned (kept per embedding site,
 // which browsers that block third-party cookies still allow).
 func (c *Console) setPortalCookie(ctx *gin.Context, value string, maxAge int) {
-	http.SetCookie(ctx.Writer, &http.Cookie{Name: portalCookie, Value: value, Path: portalRoot, MaxAge: maxAge,
+	// SameSite=None is what framing needs; every form of the portal carries
+	// the session's CSRF token, which a request from another site lacks.
+	http.SetCookie(ctx.Writer, &http.Cookie{Name: portalCookie, Value: value, Path: portalRoot, MaxAge: maxAge, //nolint:gosec // see above
 		Secure: true, HttpOnly: true, SameSite: http.SameSiteNoneMode, Partitioned: true})
 }
 

@@ -96,7 +96,7 @@ func TestPortalInAnIframeInBrowser(t *testing.T) {
 	f.do(chromedp.WaitVisible(chromedp.CSS("a.button.primary")))
 	require.Equal(t, "Webhooks", f.text("main h1"), "the link signed the frame in")
 	require.Equal(t, "Acme webhooks", f.text(".brand"))
-	b.screenshot("20-portal-in-iframe")
+	b.screenshot("30-portal-in-iframe")
 
 	// Add an endpoint: its secret is shown once.
 	f.do(chromedp.Click(chromedp.CSS("a.button.primary")), chromedp.WaitVisible(chromedp.CSS("#w-url")))
@@ -104,7 +104,7 @@ func TestPortalInAnIframeInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#w-events"), "order.*"),
 		chromedp.Click(chromedp.CSS(`form button[type="submit"].primary`)), chromedp.WaitVisible(chromedp.CSS("#secret")))
 	require.True(t, strings.HasPrefix(f.text("#secret"), "whsec_"))
-	b.screenshot("21-portal-endpoint-added")
+	b.screenshot("31-portal-endpoint-added")
 	require.Equal(t, 1, e.Count(`SELECT count(*) FROM webhooks WHERE tenant_id = $1 AND url = $2`, tenantID, endpoint.URL+"/hooks"))
 
 	// Send a test event and see it delivered, in the list and the chart.
@@ -129,7 +129,7 @@ func TestPortalInAnIframeInBrowser(t *testing.T) {
 	desc, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(`section.charts svg desc`)))
 	require.NoError(t, err)
 	require.Contains(t, desc, "succeeded: 1 in all", "the chart counts the delivery")
-	b.screenshot("22-portal-test-delivered")
+	b.screenshot("32-portal-test-delivered")
 
 	// The portal offers nothing of the operator's.
 	links := f.text("nav")

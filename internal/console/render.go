@@ -52,7 +52,8 @@ func parsePages(funcs template.FuncMap) pages {
 // base is what the layout needs; every page's data embeds it.
 type base struct {
 	Title string
-	// Nav names the current section: webhooks, dlq or audit.
+	// Nav names the current section: webhooks, dlq, search, api-keys or
+	// audit.
 	Nav     string
 	CSRF    string
 	Session *Session
