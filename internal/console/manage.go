@@ -102,9 +102,9 @@ func (c *Console) createWebhook(ctx *gin.Context) {
 		return
 	}
 	c.log.Info("webhook created", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "via", via(ctx))
-	d := secretData{Hook: w, Secret: w.Secret, Created: true}
-	d.Title, d.Nav = "Endpoint added", "webhooks"
-	c.render(ctx, http.StatusCreated, "secret", &d)
+	d := newSecretData("Endpoint added", w, nil)
+	d.Created = true
+	c.render(ctx, http.StatusCreated, "secret", d)
 }
 
 // updateWebhook changes a webhook's URL, event types and filter.
@@ -114,11 +114,7 @@ func (c *Console) updateWebhook(ctx *gin.Context) {
 		return
 	}
 	form, in := formInput(ctx)
-	w, err := c.rules.Build(ctx.Request.Context(), current, in, false)
-	if err == nil {
-		w.CreatedAt = current.CreatedAt
-		w, err = c.webhooks.Update(ctx.Request.Context(), w)
-	}
+	w, err := c.change(ctx, current, in)
 	if errors.Is(err, webhook.ErrNotFound) {
 		c.notFound(ctx)
 		return
@@ -136,6 +132,17 @@ func (c *Console) updateWebhook(ctx *gin.Context) {
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice=updated")
 }
 
+// change applies in to the webhook current, as PATCH /v1/webhooks/{id}
+// does, and stores it.
+func (c *Console) change(ctx *gin.Context, current webhook.Webhook, in webhook.Input) (webhook.Webhook, error) {
+	w, err := c.rules.Build(ctx.Request.Context(), current, in, false)
+	if err != nil {
+		return webhook.Webhook{}, err
+	}
+	w.CreatedAt = current.CreatedAt
+	return c.webhooks.Update(ctx.Request.Context(), w)
+}
+
 // setActive pauses or resumes a webhook.
 func (c *Console) setActive(active bool) gin.HandlerFunc {
 	return func(ctx *gin.Context) {
@@ -143,11 +150,7 @@ func (c *Console) setActive(active bool) gin.HandlerFunc {
 		if !ok {
 			return
 		}
-		w, err := c.rules.Build(ctx.Request.Context(), current, webhook.Input{Active: &active}, false)
-		if err == nil {
-			w.CreatedAt = current.CreatedAt
-			w, err = c.webhooks.Update(ctx.Request.Context(), w)
-		}
+		w, err := c.change(ctx, current, webhook.Input{Active: &active})
 		if errors.Is(err, webhook.ErrNotFound) {
 			c.notFound(ctx)
 			return
@@ -199,9 +202,15 @@ func (c *Console) revealSecret(ctx *gin.Context) {
 		return
 	}
 	c.recordAudit(ctx, actionSecretRevealed, "webhook", w.ID.String(), nil)
-	d := secretData{Hook: w, Secret: w.Secret}
-	d.Title, d.Nav = "Signing secret", "webhooks"
-	c.render(ctx, http.StatusOK, "secret", &d)
+	c.render(ctx, http.StatusOK, "secret", newSecretData("Signing secret", w, nil))
+}
+
+// newSecretData is the secret page of w, titled; rotatedUntil is when the
+// previous secret stops signing, after a rotation.
+func newSecretData(title string, w webhook.Webhook, rotatedUntil *time.Time) *secretData {
+	d := secretData{Hook: w, Secret: w.Secret, Rotated: rotatedUntil != nil, PreviousUntil: rotatedUntil}
+	d.Title, d.Nav = title, "webhooks"
+	return &d
 }
 
 // rotateSecret gives a webhook a new secret; the previous one keeps
@@ -221,9 +230,7 @@ func (c *Console) rotateSecret(ctx *gin.Context) {
 		c.fail(ctx, err)
 		return
 	}
-	d := secretData{Hook: w, Secret: w.Secret, Rotated: true, PreviousUntil: &until}
-	d.Title, d.Nav = "Secret rotated", "webhooks"
-	c.render(ctx, http.StatusOK, "secret", &d)
+	c.render(ctx, http.StatusOK, "secret", newSecretData("Secret rotated", w, &until))
 }
 
 // sendTestEvent sends a hookline.test event to this webhook alone and

@@ -149,16 +149,7 @@ func (c *Console) requirePortal(ctx *gin.Context) {
 		return
 	}
 	framePolicy(ctx, s.Theme)
-	if ctx.Request.Method == http.MethodPost {
-		ctx.Request.Body = http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxFormBytes)
-		if !c.validCSRF(ctx.PostForm("csrf"), "csrf", s.nonce[:]) {
-			c.renderError(ctx, http.StatusForbidden, "This form was not sent by your session (or it has expired). Reload the page and try again.")
-			return
-		}
-	}
-	ctx.Set(sessionCtx, *s)
-	ctx.Request = ctx.Request.WithContext(audit.WithActor(ctx.Request.Context(), portalActor(ctx, *s)))
-	ctx.Next()
+	c.admit(ctx, *s, portalActor(ctx, *s))
 }
 
 // portalSession returns the request's portal session, nil when there is

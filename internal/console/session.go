@@ -215,16 +215,21 @@ func (c *Console) requireSession(ctx *gin.Context) {
 		ctx.Abort()
 		return
 	}
+	c.admit(ctx, *s, audit.Actor{Type: audit.ActorAPIKey, KeyID: &s.KeyID, RemoteAddr: ctx.RemoteIP()})
+}
+
+// admit lets a request of session s through, a form post only with the
+// session's CSRF token, and puts the session and who acts (a) into the
+// request.
+func (c *Console) admit(ctx *gin.Context, s Session, a audit.Actor) {
 	if ctx.Request.Method == http.MethodPost {
 		ctx.Request.Body = http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxFormBytes)
 		if !c.validCSRF(ctx.PostForm("csrf"), "csrf", s.nonce[:]) {
-			c.renderError(ctx, http.StatusForbidden, "This form was not sent by your console session (or it has expired). Reload the page and try again.")
-			ctx.Abort()
+			c.renderError(ctx, http.StatusForbidden, "This form was not sent by your session (or it has expired). Reload the page and try again.")
 			return
 		}
 	}
-	ctx.Set(sessionCtx, *s)
-	a := audit.Actor{Type: audit.ActorAPIKey, KeyID: &s.KeyID, RemoteAddr: ctx.RemoteIP()}
+	ctx.Set(sessionCtx, s)
 	ctx.Request = ctx.Request.WithContext(audit.WithActor(ctx.Request.Context(), a))
 	ctx.Next()
 }
