@@ -105,9 +105,11 @@ const (
 	insertSQL = `INSERT INTO audit_log (id, tenant_id, actor_type, actor_key_id, actor_service_key_id, action, target_type,
     target_id, details, remote_addr, at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())`
-	// Rows from before actor_type read as they were written: an API key
-	// when one is named, else the admin.
-	listSQL = `SELECT id, CASE WHEN actor_type <> '' THEN actor_type WHEN actor_key_id IS NOT NULL THEN 'api_key' ELSE 'admin' END,
+	// Rows written without actor_type (by a process of the previous
+	// version during a rolling deploy) read as migration 000009 reads
+	// the older ones.
+	listSQL = `SELECT id, CASE WHEN actor_type <> '' THEN actor_type WHEN action = 'webhook.auto_disabled' THEN 'system'
+        WHEN actor_key_id IS NOT NULL THEN 'api_key' ELSE 'admin' END,
     actor_key_id, actor_service_key_id, action, target_type, target_id, details, remote_addr, at
 FROM audit_log
 WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id < $2)

@@ -30,10 +30,14 @@ import (
 
 	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/dlq"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/history"
+	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/tenant"
+	"github.com/hookline/hookline/internal/verify"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -79,6 +83,9 @@ type Deps struct {
 	Overrides  *breaker.Overrides
 	// Rules validate webhooks created and changed, as in the REST API.
 	Rules webhook.Rules
+	// Limits holds the tenants' publish buckets, which test events,
+	// retries and replays take from as in the REST API; nil: unlimited.
+	Limits *ratelimit.Limiter
 	// AdminToken seeds the session key when Config.SessionKey is empty.
 	AdminToken string
 }
@@ -98,6 +105,8 @@ type Console struct {
 	breaker    *breaker.Breaker
 	overrides  *breaker.Overrides
 	rules      webhook.Rules
+	limits     *ratelimit.Limiter
+	checker    *verify.Checker
 	key        []byte
 	pages      pages
 	now        func() time.Time
@@ -122,7 +131,8 @@ func New(cfg Config, d Deps) *Console {
 	}
 	c := &Console{cfg: cfg, log: d.Log, db: cfg.DB, tenants: d.Tenants, auth: d.Auth, auditLog: d.Tenants.AuditLog(),
 		webhooks: d.Webhooks, events: d.Events, deliveries: d.Deliveries, dlq: d.DLQ, breaker: d.Breaker,
-		overrides: d.Overrides, rules: d.Rules, key: key, now: time.Now}
+		overrides: d.Overrides, rules: d.Rules, limits: d.Limits, key: key, now: time.Now,
+		checker: verify.New(verify.Config{Policy: d.Rules.Network, UserAgent: delivery.UserAgent})}
 	c.pages = parsePages(c.funcs())
 	return c
 }
@@ -155,6 +165,7 @@ func (c *Console) registerPages(g *gin.RouterGroup, operator bool) {
 	g.POST("/webhooks/:id/secret/reveal", c.revealSecret)
 	g.POST("/webhooks/:id/secret/rotate", c.rotateSecret)
 	g.POST("/webhooks/:id/test", c.sendTestEvent)
+	g.POST("/webhooks/:id/verify", c.verifyWebhook)
 	g.POST("/webhooks/:id/recover", c.recoverWebhook)
 	g.GET("/deliveries/:id", c.deliveryPage)
 	g.POST("/deliveries/:id/retry", c.retryDelivery)
@@ -185,6 +196,33 @@ func securityHeaders(c *gin.Context) {
 	h.Set("Cache-Control", "no-store")
 	c.Next()
 }
+
+// publishLimited takes a token from the tenant's publish bucket for an
+// action that creates a delivery (a test event, a retry, a replay), and
+// reports whether the tenant is over its limit: then the page says so and
+// nothing is created. When Redis does not answer the action goes ahead,
+// as a publish does.
+func (c *Console) publishLimited(ctx *gin.Context) bool {
+	if c.limits == nil {
+		return false
+	}
+	s := session(ctx)
+	rctx, cancel := context.WithTimeout(ctx.Request.Context(), 100*time.Millisecond)
+	defer cancel()
+	ok, _, err := c.limits.Take(rctx, c.now(), ratelimit.PublishBucket(s.TenantID.String(), s.PublishLimit.RequestsPerSecond,
+		s.PublishLimit.Burst))
+	if err != nil {
+		c.log.Warn("publish limit not checked", "error", err)
+		return false
+	}
+	if !ok {
+		metrics.RateLimitHits.WithLabelValues("publish").Inc()
+	}
+	return !ok
+}
+
+// overLimit is the message of an action refused by the publish limit.
+const overLimit = "Your publish rate limit is used up for the moment (test events, retries and replays count against it). Try again in a few seconds."
 
 // recordAudit writes the audit row of an action whose store call
 // committed on its own, as the REST API does; the action has happened, so

@@ -97,6 +97,10 @@ func (c *Console) retryDelivery(ctx *gin.Context) {
 	if !ok {
 		return
 	}
+	if c.publishLimited(ctx) {
+		c.deliveryPageWith(ctx, d, http.StatusTooManyRequests, overLimit)
+		return
+	}
 	id, err := c.dlq.Retry(ctx.Request.Context(), session(ctx).TenantID, d.WebhookID, d.ID, ctx.PostForm("priority"))
 	var fe *fielderr.Error
 	switch {
@@ -116,7 +120,7 @@ func (c *Console) retryDelivery(ctx *gin.Context) {
 	}
 	c.recordAudit(ctx, audit.DeliveryRetried, "delivery", d.ID.String(), map[string]any{"retry_delivery_id": id})
 	c.log.Info("delivery retried", "delivery_id", d.ID.String(), "retry_delivery_id", id.String(),
-		"tenant_id", session(ctx).TenantID.String(), "via", "console")
+		"tenant_id", session(ctx).TenantID.String(), "via", via(ctx))
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/deliveries/"+id.String()+"?notice=retried")
 }
 
@@ -139,13 +143,17 @@ func (c *Console) replayEvent(ctx *gin.Context) {
 		}
 		hook = &h
 	}
+	if c.publishLimited(ctx) {
+		c.replayRefused(ctx, http.StatusTooManyRequests, overLimit)
+		return
+	}
 	res, err := c.events.Replay(ctx.Request.Context(), tenantID, eventID, hook)
 	switch {
 	case errors.Is(err, event.ErrNotFound), errors.Is(err, event.ErrWebhookNotFound):
 		c.notFound(ctx)
 		return
 	case errors.Is(err, event.ErrPayloadPruned), errors.Is(err, event.ErrWebhookInactive), errors.Is(err, event.ErrFilteredOut):
-		c.replayRefused(ctx, "Not replayed: "+err.Error()+".")
+		c.replayRefused(ctx, http.StatusConflict, "Not replayed: "+err.Error()+".")
 		return
 	case err != nil:
 		c.fail(ctx, err)
@@ -153,7 +161,7 @@ func (c *Console) replayEvent(ctx *gin.Context) {
 	}
 	c.recordAudit(ctx, audit.EventReplayed, "event", eventID.String(), map[string]any{"replay_event_id": res.ID, "webhook_id": hook})
 	c.log.Info("event replayed", "event_id", eventID.String(), "replay_event_id", res.ID.String(),
-		"tenant_id", tenantID.String(), "deliveries", res.Deliveries, "via", "console")
+		"tenant_id", tenantID.String(), "deliveries", res.Deliveries, "via", via(ctx))
 	back := root(ctx) + "/deliveries/" + ctx.PostForm("delivery_id")
 	if _, err := uuid.Parse(ctx.PostForm("delivery_id")); err != nil {
 		back = root(ctx) + "/webhooks"
@@ -173,13 +181,14 @@ func (c *Console) replayEvent(ctx *gin.Context) {
 	}
 }
 
-// replayRefused shows a refused replay on the delivery page it came from.
-func (c *Console) replayRefused(ctx *gin.Context, msg string) {
+// replayRefused shows a refused replay, with status, on the delivery page
+// it came from.
+func (c *Console) replayRefused(ctx *gin.Context, status int, msg string) {
 	if _, err := uuid.Parse(ctx.PostForm("delivery_id")); err == nil {
 		if d, ok := c.loadDelivery(ctx, ctx.PostForm("delivery_id")); ok {
-			c.deliveryPageWith(ctx, d, http.StatusConflict, msg)
+			c.deliveryPageWith(ctx, d, status, msg)
 		}
 		return
 	}
-	c.renderError(ctx, http.StatusConflict, msg)
+	c.renderError(ctx, status, msg)
 }

@@ -235,7 +235,7 @@ func (c *Console) createBatch(ctx *gin.Context) {
 	c.recordAudit(ctx, audit.BatchRetryCreated, "batch_operation", b.ID.String(),
 		map[string]any{"filter": filter, "requests_per_second": b.RequestsPerSecond})
 	c.log.Info("batch retry created", "batch_operation_id", b.ID.String(), "tenant_id", session(ctx).TenantID.String(),
-		"requests_per_second", b.RequestsPerSecond, "via", "console")
+		"requests_per_second", b.RequestsPerSecond, "via", via(ctx))
 	q := form.query()
 	q.Set("notice", "batch_created")
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/dlq?"+q.Encode())
@@ -273,6 +273,6 @@ func (c *Console) cancelBatch(ctx *gin.Context) {
 		return
 	}
 	c.recordAudit(ctx, audit.BatchRetryCanceled, "batch_operation", id.String(), nil)
-	c.log.Info("batch retry cancelled", "batch_operation_id", id.String(), "tenant_id", session(ctx).TenantID.String(), "via", "console")
+	c.log.Info("batch retry cancelled", "batch_operation_id", id.String(), "tenant_id", session(ctx).TenantID.String(), "via", via(ctx))
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/dlq?notice=batch_cancelled")
 }

@@ -129,7 +129,39 @@ func (c *Console) updateWebhook(ctx *gin.Context) {
 		c.fail(ctx, err)
 		return
 	}
-	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice=updated")
+	// A new URL of a verified endpoint is checked again, as the REST API
+	// does after a change.
+	w = c.checker.Settle(ctx.Request.Context(), c.webhooks, w, c.now(), c.log)
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, "updated"))
+}
+
+// verifyWebhook (re)starts the endpoint verification of a webhook and
+// checks the endpoint at once, as POST /v1/webhooks/{id}/verify does.
+func (c *Console) verifyWebhook(ctx *gin.Context) {
+	w, ok := c.loadWebhook(ctx)
+	if !ok {
+		return
+	}
+	w, err := c.webhooks.StartVerification(ctx.Request.Context(), session(ctx).TenantID, w.ID)
+	if errors.Is(err, webhook.ErrNotFound) {
+		c.notFound(ctx)
+		return
+	}
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	w = c.checker.Settle(ctx.Request.Context(), c.webhooks, w, c.now(), c.log)
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, "verified"))
+}
+
+// verifyNotice is the notice after a change of w: done when its endpoint
+// needs no verification or passed it, else what its state asks for.
+func verifyNotice(w webhook.Webhook, done string) string {
+	if w.Verification == nil || w.Verification.State == webhook.VerificationVerified {
+		return done
+	}
+	return "verification_" + w.Verification.State
 }
 
 // change applies in to the webhook current, as PATCH /v1/webhooks/{id}
@@ -238,6 +270,10 @@ func (c *Console) rotateSecret(ctx *gin.Context) {
 func (c *Console) sendTestEvent(ctx *gin.Context) {
 	w, ok := c.loadWebhook(ctx)
 	if !ok {
+		return
+	}
+	if c.publishLimited(ctx) {
+		c.webhookPageWith(ctx, w, http.StatusTooManyRequests, overLimit)
 		return
 	}
 	res, err := c.events.SendTest(ctx.Request.Context(), session(ctx).TenantID, w.ID)

@@ -122,3 +122,32 @@ func TestChartsAndADisabledBreaker(t *testing.T) {
 	require.Contains(t, list.Body, `<span class="badge neutral">off</span>`)
 	require.Contains(t, list.Body, "succeeded: 3 in all", "the tenant's charts")
 }
+
+// A verified endpoint whose URL is changed from the console is checked
+// again at once, as a change through the REST API is; the page shows the
+// outcome and offers to verify again.
+func TestEditingAVerifiedEndpointVerifiesItAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tenantID, key := e.Tenant("acme")
+	hook := e.webhook(key, "http://127.0.0.1:1/a", nil)
+	_, err := e.Pool.Exec(context.Background(), `UPDATE webhooks SET verification = '{"state": "verified", "verified_at": "2026-01-01T00:00:00Z", "last_error": null}'
+		WHERE id = $1 AND tenant_id = $2`, hook, tenantID)
+	require.NoError(t, err)
+	c := e.client()
+	c.signIn(key)
+	c.get("/console/webhooks/" + hook.String() + "/edit")
+	p := c.post("/console/webhooks/"+hook.String()+"/edit", url.Values{"url": {"http://127.0.0.1:1/b"}, "events": {"*"}})
+	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
+	require.Contains(t, p.Location, "notice=verification_failed")
+	var state string
+	require.NoError(t, e.Pool.QueryRow(context.Background(), `SELECT verification->>'state' FROM webhooks WHERE id = $1`, hook).Scan(&state))
+	require.Equal(t, "failed", state, "the new URL was checked, and nothing there echoed the challenge")
+	page := c.get(p.Location)
+	require.Contains(t, page.Body, "verification failed")
+	require.Contains(t, page.Body, "did not echo the challenge")
+	require.Contains(t, page.Body, `action="/console/webhooks/`+hook.String()+`/verify"`)
+	p = c.post("/console/webhooks/"+hook.String()+"/verify", nil)
+	require.Equal(t, http.StatusSeeOther, p.Status)
+	require.Contains(t, p.Location, "notice=verification_failed")
+}

@@ -54,11 +54,14 @@ RETURNING link_expires_at`
 	// usePortalSQL spends a link: once, before it expires. The session
 	// lasts from then.
 	usePortalSQL = `UPDATE portal_sessions SET used_at = now(), expires_at = now() + $2 * interval '1 millisecond'
-WHERE token_hash = $1 AND used_at IS NULL AND link_expires_at > now()
+WHERE token_hash = $1 AND used_at IS NULL AND ended_at IS NULL AND link_expires_at > now()
 RETURNING id, tenant_id, created_by_service_key, expires_at`
 	portalActiveSQL = `SELECT created_by_service_key FROM portal_sessions
 WHERE id = $1 AND tenant_id = $2 AND used_at IS NOT NULL AND ended_at IS NULL AND expires_at > now()`
 	endPortalSQL = `UPDATE portal_sessions SET ended_at = now() WHERE id = $1 AND tenant_id = $2 AND ended_at IS NULL`
+	// linkTenantSQL finds the tenant of a link, spent or not, for the
+	// frame policy of the page that says it cannot be used.
+	linkTenantSQL = `SELECT tenant_id FROM portal_sessions WHERE token_hash = $1`
 )
 
 // OpenPortalSession creates a one-time link into the portal of tenantID,
@@ -103,6 +106,10 @@ func (c *Console) startPortal(ctx *gin.Context) {
 	err := c.db.QueryRow(ctx.Request.Context(), usePortalSQL, hash[:], PortalSessionTTL.Milliseconds()).
 		Scan(&s.KeyID, &s.TenantID, &s.OpenedBy, &s.Expires)
 	if errors.Is(err, pgx.ErrNoRows) || token == "" {
+		var tenantID uuid.UUID
+		if c.db.QueryRow(ctx.Request.Context(), linkTenantSQL, hash[:]).Scan(&tenantID) == nil {
+			c.framePolicyOf(ctx, tenantID)
+		}
 		c.renderError(ctx, http.StatusUnauthorized, "This link has expired or was already used. Open the portal again from the page that showed it.")
 		return
 	}
@@ -145,6 +152,13 @@ func (c *Console) requirePortal(ctx *gin.Context) {
 		return
 	}
 	if s == nil {
+		// A session that ended still names its tenant, in a cookie only
+		// hookline can have signed: the page saying so shows in its frame.
+		if v, err := ctx.Cookie(portalCookie); err == nil {
+			if ended, err := c.decodeSession(v, true); err == nil {
+				c.framePolicyOf(ctx, ended.TenantID)
+			}
+		}
 		c.renderError(ctx, http.StatusUnauthorized, "Your session has ended. Open the portal again from the page that showed it.")
 		return
 	}
@@ -177,7 +191,7 @@ func (c *Console) portalSession(ctx *gin.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.TenantName, s.Theme = t.Name, t.Portal
+	s.TenantName, s.Theme, s.PublishLimit = t.Name, t.Portal, t.PublishRateLimit
 	if s.Theme.Name != "" {
 		s.TenantName = s.Theme.Name
 	}
@@ -204,6 +218,15 @@ func framePolicy(ctx *gin.Context, p tenant.Portal) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src "+img+
 		"; form-action 'self'; frame-ancestors "+ancestors+"; base-uri 'none'")
 	h.Del("X-Frame-Options")
+}
+
+// framePolicyOf applies the frame policy of tenantID to an answer given
+// without a session; the default (no framing) stays when the tenant
+// cannot be read.
+func (c *Console) framePolicyOf(ctx *gin.Context, tenantID uuid.UUID) {
+	if t, err := c.tenants.Get(ctx.Request.Context(), tenantID); err == nil {
+		framePolicy(ctx, t.Portal)
+	}
 }
 
 // serveTheme is the stylesheet of the tenant's accent colour.

@@ -80,7 +80,7 @@ func TestPortalInAnIframeInBrowser(t *testing.T) {
 	status, out := e.call("PATCH", "/v1/tenants/"+tenantID.String(), systemtest.AdminToken, map[string]any{"portal": map[string]any{
 		"name": "Acme", "accent_color": "#0b7a53", "frame_origins": []string{platform.URL}}})
 	require.Equal(t, http.StatusOK, status, out)
-	status, out = e.call("POST", "/v1/service-keys", systemtest.AdminToken, map[string]any{"name": "acme backend", "scopes": []string{"manage"}})
+	status, out = e.call("POST", "/v1/service-keys", systemtest.AdminToken, map[string]any{"name": "acme backend", "scopes": []string{"manage", "read"}})
 	require.Equal(t, http.StatusCreated, status, out)
 	status, out = e.call("POST", "/v1/tenants/"+tenantID.String()+"/portal-sessions", out["service_key"].(string), nil)
 	require.Equal(t, http.StatusCreated, status, out)

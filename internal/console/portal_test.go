@@ -96,7 +96,7 @@ func TestPortalShowsOneTenantAndNoOperatorPages(t *testing.T) {
 	hookA := e.webhook(keyA, "http://127.0.0.1:1/a", nil)
 	hookB := e.webhook(keyB, "http://127.0.0.1:1/b", nil)
 	deadB := e.seed(b, hookB, 1, "order.created", "exhausted")[0]
-	status, out := e.call("POST", "/v1/service-keys", systemtest.AdminToken, map[string]any{"name": "platform", "scopes": []string{"manage"},
+	status, out := e.call("POST", "/v1/service-keys", systemtest.AdminToken, map[string]any{"name": "platform", "scopes": []string{"manage", "read"},
 		"tenant_ids": []string{a.String()}})
 	require.Equal(t, http.StatusCreated, status, out)
 	serviceKey, serviceKeyID := out["service_key"].(string), out["id"].(string)
@@ -155,4 +155,57 @@ func TestPortalShowsOneTenantAndNoOperatorPages(t *testing.T) {
 	require.Equal(t, http.StatusOK, out2.Status)
 	require.Equal(t, http.StatusUnauthorized, pb.get("/portal/webhooks").Status)
 	require.True(t, strings.Contains(out2.Header.Get("Set-Cookie"), "Max-Age=0"))
+}
+
+// Revoking the service key that opened portal sessions ends them, and the
+// links it made and nobody used yet; the page saying so still shows in
+// the tenant's frame.
+func TestRevokingAServiceKeyEndsItsPortals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tenantID, _ := e.Tenant("acme")
+	status, _ := e.call("PATCH", "/v1/tenants/"+tenantID.String(), systemtest.AdminToken, map[string]any{"portal": map[string]any{
+		"frame_origins": []string{"https://app.acme.example"}}})
+	require.Equal(t, http.StatusOK, status)
+	status, out := e.call("POST", "/v1/service-keys", systemtest.AdminToken, map[string]any{"name": "platform"})
+	require.Equal(t, http.StatusCreated, status, out)
+	key, keyID := out["service_key"].(string), out["id"].(string)
+
+	open := e.portalClient(tenantID, key)
+	status, out = e.call("POST", "/v1/tenants/"+tenantID.String()+"/portal-sessions", key, nil)
+	require.Equal(t, http.StatusCreated, status, out)
+	unused, err := url.Parse(out["url"].(string))
+	require.NoError(t, err)
+
+	require.Equal(t, http.StatusNoContent, func() int { s, _ := e.call("DELETE", "/v1/service-keys/"+keyID, systemtest.AdminToken, nil); return s }())
+	p := open.get("/portal/webhooks")
+	require.Equal(t, http.StatusUnauthorized, p.Status, "the session it opened has ended")
+	require.Contains(t, p.Header.Get("Content-Security-Policy"), "frame-ancestors 'self' https://app.acme.example",
+		"the page saying so shows inside the tenant's frame")
+	p = e.client().get(unused.RequestURI())
+	require.Equal(t, http.StatusUnauthorized, p.Status, "and so has the link nobody used")
+	require.Contains(t, p.Header.Get("Content-Security-Policy"), "frame-ancestors 'self' https://app.acme.example")
+}
+
+// Test events, retries and replays from the portal take from the tenant's
+// publish limit, as they do through the REST API.
+func TestPortalActionsTakeFromThePublishLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tenantID, key := e.Tenant("acme")
+	status, _ := e.call("PATCH", "/v1/tenants/"+tenantID.String(), systemtest.AdminToken, map[string]any{
+		"publish_rate_limit": map[string]any{"requests_per_second": 1, "burst": 1}})
+	require.Equal(t, http.StatusOK, status)
+	hook := e.webhook(key, "http://127.0.0.1:1/a", nil)
+	p := e.portalClient(tenantID, systemtest.AdminToken)
+	p.get("/portal/webhooks/" + hook.String())
+
+	codes := map[int]int{}
+	for range 5 {
+		codes[p.post("/portal/webhooks/"+hook.String()+"/test", nil).Status]++
+	}
+	require.Equal(t, map[int]int{http.StatusSeeOther: 1, http.StatusTooManyRequests: 4}, codes)
+	require.Equal(t, 1, e.Count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1`, hook))
+	page := p.post("/portal/webhooks/"+hook.String()+"/test", nil)
+	require.Contains(t, page.Body, "publish rate limit is used up")
 }

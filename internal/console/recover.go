@@ -104,7 +104,7 @@ func (c *Console) recoverWebhook(ctx *gin.Context) {
 	c.recordAudit(ctx, audit.RecoveryCreated, "webhook", w.ID.String(), map[string]any{"batch_operation_id": b.ID,
 		"from": b.Recovery.From, "to": b.Recovery.To, "include": b.Recovery.Include, "requests_per_second": b.RequestsPerSecond})
 	c.log.Info("webhook recovery created", "batch_operation_id", b.ID.String(), "webhook_id", w.ID.String(),
-		"tenant_id", tenantID.String(), "requests_per_second", b.RequestsPerSecond, "via", "console")
+		"tenant_id", tenantID.String(), "requests_per_second", b.RequestsPerSecond, "via", via(ctx))
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/dlq?notice=recovery_created#batch-"+b.ID.String())
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/audit"
+	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/tenant"
 )
 
@@ -50,7 +51,10 @@ type Session struct {
 	Portal   bool
 	OpenedBy *uuid.UUID
 	Theme    tenant.Portal
-	nonce    [16]byte
+	// PublishLimit is the tenant's, which test events, retries and
+	// replays take from.
+	PublishLimit config.PublishRateLimit
+	nonce        [16]byte
 }
 
 // Root is the path the session's pages live under.
@@ -259,7 +263,7 @@ func (c *Console) sessionOf(ctx *gin.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.TenantName, s.KeyName, s.KeyPrefix = t.Name, k.Name, k.Prefix
+	s.TenantName, s.KeyName, s.KeyPrefix, s.PublishLimit = t.Name, k.Name, k.Prefix, t.PublishRateLimit
 	return &s, nil
 }
 

@@ -73,8 +73,10 @@ func (s *Server) requireTenant(c *gin.Context) {
 	} else {
 		p, err = s.auth.Authenticate(c.Request.Context(), token)
 		if err == nil {
-			if h := c.GetHeader(TenantHeader); h != "" && h != p.TenantID.String() {
-				err = errNotFound
+			if h := c.GetHeader(TenantHeader); h != "" {
+				if id, perr := uuid.Parse(h); perr != nil || id != p.TenantID {
+					err = errNotFound
+				}
 			}
 		}
 	}
@@ -87,8 +89,8 @@ func (s *Server) requireTenant(c *gin.Context) {
 }
 
 // adminOrService lets through the admin token, and a service key acting
-// for the tenant of the route's :id with scope.
-func (s *Server) adminOrService(scope string) gin.HandlerFunc {
+// for the tenant of the route's :id with every scope given.
+func (s *Server) adminOrService(scopes ...string) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		token, ok := bearer(c)
 		if ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.API.AdminToken)) == 1 {
@@ -100,7 +102,7 @@ func (s *Server) adminOrService(scope string) gin.HandlerFunc {
 			abort(c, newError(errUnauthorized.Status, "unauthorized", "missing or invalid credential: send Authorization: Bearer with the admin token or a service key"))
 			return
 		}
-		p, err := s.authenticateService(c, token, c.Param("id"), scope)
+		p, err := s.authenticateService(c, token, c.Param("id"), scopes...)
 		if err != nil {
 			abort(c, authErr(err))
 			return
@@ -111,27 +113,31 @@ func (s *Server) adminOrService(scope string) gin.HandlerFunc {
 }
 
 // authenticateService checks a service key acting for the tenant named by
-// tenantRef with scope.
-func (s *Server) authenticateService(c *gin.Context, token, tenantRef, scope string) (tenant.Principal, error) {
-	if tenantRef == "" {
+// tenantRef with the scopes given (all of them). The key is checked first:
+// a wrong key is 401 whatever the tenant named.
+func (s *Server) authenticateService(c *gin.Context, token, tenantRef string, scopes ...string) (tenant.Principal, error) {
+	id, perr := uuid.Parse(tenantRef)
+	p, err := s.auth.AuthenticateService(c.Request.Context(), token, id)
+	switch {
+	case errors.Is(err, tenant.ErrUnauthorized):
+		return tenant.Principal{}, err
+	case tenantRef == "":
 		return tenant.Principal{}, newError(http.StatusBadRequest, "tenant_required",
 			"a service key acts for one tenant per request: name it in the %s header", TenantHeader)
-	}
-	id, err := uuid.Parse(tenantRef)
-	if err != nil {
+	case perr != nil:
 		return tenant.Principal{}, errNotFound
-	}
-	p, err := s.auth.AuthenticateService(c.Request.Context(), token, id)
-	if err != nil {
+	case err != nil:
 		return tenant.Principal{}, err
 	}
-	switch {
-	case scope == scopeNone:
-		return tenant.Principal{}, newError(http.StatusForbidden, "forbidden_for_service_keys",
-			"service keys cannot use %s; the admin manages a tenant's API keys under /v1/tenants/{id}/api-keys", c.FullPath())
-	case !p.Service.Allows(scope):
-		return tenant.Principal{}, newError(http.StatusForbidden, "insufficient_scope",
-			"this service key lacks the %s scope that %s %s needs", scope, c.Request.Method, c.FullPath())
+	for _, scope := range scopes {
+		switch {
+		case scope == scopeNone:
+			return tenant.Principal{}, newError(http.StatusForbidden, "forbidden_for_service_keys",
+				"service keys cannot use %s; the admin manages a tenant's API keys under /v1/tenants/{id}/api-keys", c.FullPath())
+		case !p.Service.Allows(scope):
+			return tenant.Principal{}, newError(http.StatusForbidden, "insufficient_scope",
+				"this service key lacks the %s scope that %s %s needs", scope, c.Request.Method, c.FullPath())
+		}
 	}
 	return p, nil
 }

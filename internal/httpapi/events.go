@@ -80,8 +80,8 @@ func (s *Server) publishLimited(c *gin.Context) (time.Duration, bool) {
 	p := principal(c)
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 100*time.Millisecond)
 	defer cancel()
-	ok, wait, err := s.limits.Take(ctx, s.now(), ratelimit.Bucket{Key: "publish:" + p.TenantID.String(),
-		Limit: ratelimit.PerSecond(p.PublishLimit.RequestsPerSecond, p.PublishLimit.Burst)})
+	ok, wait, err := s.limits.Take(ctx, s.now(), ratelimit.PublishBucket(p.TenantID.String(),
+		p.PublishLimit.RequestsPerSecond, p.PublishLimit.Burst))
 	if err != nil {
 		s.limitsDownUntil.Store(time.Now().Add(5 * time.Second).UnixNano())
 		return 0, false

@@ -58,6 +58,12 @@ func TestServiceKeyActsOnlyForTheTenantsOfItsSet(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, e.do("GET", "/v1/webhooks/"+cHook["id"].(string), sk, nil, TenantHeader, a).Status,
 		"acting for A, C's webhook does not exist")
 
+	// A wrong key is 401 whatever the tenant named, or none.
+	for _, h := range []string{"", "not-a-uuid", a} {
+		r := e.do("GET", "/v1/webhooks", "hks_"+strings.Repeat("x", 43), nil, TenantHeader, h)
+		require.Equal(t, http.StatusUnauthorized, r.Status, "header %q", h)
+	}
+
 	// The tenant must be named, and a tenant's own key cannot name another.
 	r = e.do("GET", "/v1/webhooks", sk, nil)
 	require.Equal(t, http.StatusBadRequest, r.Status)
@@ -65,6 +71,8 @@ func TestServiceKeyActsOnlyForTheTenantsOfItsSet(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, e.do("GET", "/v1/webhooks", sk, nil, TenantHeader, "not-a-uuid").Status)
 	require.Equal(t, http.StatusNotFound, e.do("GET", "/v1/webhooks", keyA, nil, TenantHeader, b).Status)
 	require.Equal(t, http.StatusOK, e.do("GET", "/v1/webhooks", keyA, nil, TenantHeader, a).Status)
+	require.Equal(t, http.StatusOK, e.do("GET", "/v1/webhooks", keyA, nil, TenantHeader, strings.ToUpper(a)).Status,
+		"a tenant id is a UUID in any case")
 
 	// Service keys do not manage a tenant's API keys, and are no admin.
 	r = e.do("GET", "/v1/api-keys", sk, nil, TenantHeader, a)
@@ -120,11 +128,18 @@ func TestServiceKeyScopes(t *testing.T) {
 	require.True(t, found, "the rotation was audited as the service key's: %v", rows)
 }
 
-// routeScope is the whole policy of what each scope may do; every tenant
-// route is checked against it here.
+// Every tenant route, called with a service key lacking the scope its
+// method says it needs, is refused with 403 before its handler runs; with
+// that scope alone it is not (whatever its handler then answers).
 func TestEveryTenantRouteNeedsTheScopeItsMethodSays(t *testing.T) {
 	t.Parallel()
 	e := newAPI(t)
+	a, _ := e.tenantKey("a")
+	keys := map[string]string{}
+	for _, scope := range []string{tenant.ScopePublish, tenant.ScopeRead, tenant.ScopeManage} {
+		_, keys[scope] = e.serviceKey(map[string]any{"scopes": []string{scope}})
+	}
+	id := "0190d5f2-0000-7000-8000-000000000000"
 	seen := 0
 	for _, r := range e.srv.Handler().(*gin.Engine).Routes() {
 		if !strings.HasPrefix(r.Path, "/v1/") || strings.HasPrefix(r.Path, "/v1/tenants") || strings.HasPrefix(r.Path, "/v1/service-keys") {
@@ -140,11 +155,22 @@ func TestEveryTenantRouteNeedsTheScopeItsMethodSays(t *testing.T) {
 		case r.Method == http.MethodPost && r.Path == "/v1/events":
 			want = tenant.ScopePublish
 		}
-		require.Equal(t, want, routeScope(r.Method, r.Path), "%s %s", r.Method, r.Path)
+		path := strings.NewReplacer(":id", id, ":delivery_id", id).Replace(r.Path)
+		for scope, key := range keys {
+			got := e.do(r.Method, path, key, nil, TenantHeader, a)
+			if scope == want {
+				require.NotEqual(t, http.StatusForbidden, got.Status, "%s %s with %s: %s", r.Method, r.Path, scope, got.Raw)
+				continue
+			}
+			require.Equal(t, http.StatusForbidden, got.Status, "%s %s with %s", r.Method, r.Path, scope)
+			code := "insufficient_scope"
+			if want == scopeNone {
+				code = "forbidden_for_service_keys"
+			}
+			require.Equal(t, code, got.errCode(), "%s %s with %s", r.Method, r.Path, scope)
+		}
 	}
 	require.Greater(t, seen, 25)
-	require.Equal(t, tenant.ScopeManage, routeScope(http.MethodPost, "/v1/events/:id/replay"), "a replay is no publish")
-	require.Equal(t, tenant.ScopeManage, routeScope(http.MethodPost, "/v1/webhooks/:id/test"))
 }
 
 func TestServiceKeyRevocationAndValidation(t *testing.T) {
@@ -255,8 +281,9 @@ func TestPortalSessionsAreOpenedForTenantsInTheSet(t *testing.T) {
 	e := newAPI(t, withConsole)
 	a, _ := e.tenantKey("a")
 	b, _ := e.tenantKey("b")
-	_, manager := e.serviceKey(map[string]any{"scopes": []string{"manage"}, "tenant_ids": []string{a}})
+	_, manager := e.serviceKey(map[string]any{"scopes": []string{"manage", "read"}, "tenant_ids": []string{a}})
 	_, reader := e.serviceKey(map[string]any{"scopes": []string{"read"}, "tenant_ids": []string{a}})
+	_, writer := e.serviceKey(map[string]any{"scopes": []string{"manage"}, "tenant_ids": []string{a}})
 
 	r := e.do("POST", "/v1/tenants/"+a+"/portal-sessions", manager, nil)
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Raw))
@@ -270,9 +297,13 @@ func TestPortalSessionsAreOpenedForTenantsInTheSet(t *testing.T) {
 
 	require.Equal(t, http.StatusNotFound, e.do("POST", "/v1/tenants/"+b+"/portal-sessions", manager, nil).Status)
 	require.Equal(t, http.StatusForbidden, e.do("POST", "/v1/tenants/"+a+"/portal-sessions", reader, nil).Status)
+	require.Equal(t, http.StatusForbidden, e.do("POST", "/v1/tenants/"+a+"/portal-sessions", writer, nil).Status,
+		"the portal shows payloads and secrets: it takes read as well as manage")
 	require.Equal(t, http.StatusCreated, e.do("POST", "/v1/tenants/"+b+"/portal-sessions", testAdminToken, nil).Status)
 	require.Equal(t, http.StatusNotFound, e.do("POST", "/v1/tenants/0190d5f2-0000-7000-8000-000000000000/portal-sessions", testAdminToken, nil).Status)
 	require.Equal(t, http.StatusUnauthorized, e.do("POST", "/v1/tenants/"+a+"/portal-sessions", "hk_wrong", nil).Status)
+	require.Equal(t, http.StatusUnauthorized, e.do("POST", "/v1/tenants/nope/portal-sessions", "hks_wrong", nil).Status,
+		"a wrong key is 401 whatever the tenant")
 	require.Equal(t, 2, e.count(`SELECT count(*) FROM portal_sessions`))
 	require.Equal(t, 1, e.count(`SELECT count(*) FROM portal_sessions WHERE created_by_service_key IS NOT NULL`))
 }

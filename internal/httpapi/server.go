@@ -115,7 +115,7 @@ func New(d Deps) (*Server, error) {
 	}
 	if d.Console.DB != nil {
 		d.Console.SecretRotationGrace = d.Config.API.SecretRotationGrace.D()
-		s.console = console.New(d.Console, console.Deps{Rules: s.rules, Log: d.Log, Tenants: d.Tenants, Auth: s.auth,
+		s.console = console.New(d.Console, console.Deps{Rules: s.rules, Limits: d.Limits, Log: d.Log, Tenants: d.Tenants, Auth: s.auth,
 			Webhooks: d.Webhooks, Events: d.Events, Deliveries: d.Deliveries, DLQ: d.DLQ, Breaker: d.Breaker,
 			Overrides: d.Overrides, AdminToken: d.Config.API.AdminToken})
 	}
@@ -161,7 +161,7 @@ func (s *Server) Handler() http.Handler {
 	r.POST("/v1/tenants/:id/api-keys", admin(s.requireAdmin, s.createTenantAPIKey)...)
 	r.GET("/v1/tenants/:id/api-keys", admin(s.requireAdmin, s.listTenantAPIKeys)...)
 	r.DELETE("/v1/tenants/:id/api-keys/:key_id", admin(s.requireAdmin, s.revokeTenantAPIKey)...)
-	r.POST("/v1/tenants/:id/portal-sessions", admin(s.adminOrService(tenant.ScopeManage), s.createPortalSession)...)
+	r.POST("/v1/tenants/:id/portal-sessions", admin(s.adminOrService(tenant.ScopeManage, tenant.ScopeRead), s.createPortalSession)...)
 	r.POST("/v1/service-keys", admin(s.requireAdmin, s.createServiceKey)...)
 	r.GET("/v1/service-keys", admin(s.requireAdmin, s.listServiceKeys)...)
 	r.GET("/v1/service-keys/:id", admin(s.requireAdmin, s.getServiceKey)...)

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -31,28 +30,8 @@ func (s *Server) verifyWebhook(c *gin.Context) {
 }
 
 // verifyIfPending checks the endpoint of w when its verification is
-// pending, records the outcome and returns the webhook as it then is. A
-// check or a record we could not finish (the caller went away, the
-// database failed) leaves it pending, as it is stored, and is logged.
+// pending and returns the webhook as it then is (verify.Checker.Settle).
 func (s *Server) verifyIfPending(c *gin.Context, w webhook.Webhook) webhook.Webhook {
-	if w.Verification == nil || w.Verification.State != webhook.VerificationPending {
-		return w
-	}
-	log := logger(c).With("webhook_id", w.ID.String())
 	checker := verify.New(verify.Config{Policy: s.rules.Network, UserAgent: delivery.UserAgent})
-	res, err := checker.Check(c.Request.Context(), w)
-	if err != nil {
-		log.Warn("webhook verification not finished; it stays pending", "error", err)
-		return w
-	}
-	got, err := s.webhooks.FinishVerification(context.WithoutCancel(c.Request.Context()), w.TenantID, w.ID, w.URL,
-		res.Problem, s.now())
-	if err != nil {
-		log.Error("webhook verification outcome not recorded; it stays pending", "error", err,
-			"verified", res.Verified(), "problem", res.Problem)
-		return w
-	}
-	log.Info("webhook verification", "verified", res.Verified(), "status_code", res.StatusCode,
-		"duration_ms", res.Duration.Milliseconds(), "problem", res.Problem)
-	return got
+	return checker.Settle(c.Request.Context(), s.webhooks, w, s.now(), logger(c))
 }

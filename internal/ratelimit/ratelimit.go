@@ -81,6 +81,12 @@ func PerSecond(rps, burst int) Limit {
 	return Limit{PerMinute: rps * 60, Burst: burst}
 }
 
+// PublishBucket is the bucket of a tenant's publish rate limit, taken by
+// every publish, replay, single retry and test event of the tenant.
+func PublishBucket(tenantID string, rps, burst int) Bucket {
+	return Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)}
+}
+
 // Bucket names one token bucket and its limit.
 type Bucket struct {
 	// Key identifies the bucket under the Limiter's prefix, for example

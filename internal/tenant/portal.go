@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/hookline/hookline/internal/fielderr"
@@ -65,7 +66,8 @@ func (in *PortalInput) apply(p Portal) (Portal, error) {
 	}
 	if p.LogoURL != "" {
 		u, err := url.Parse(p.LogoURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" || len(p.LogoURL) > 2048 || strings.ContainsAny(p.LogoURL, " \"'<>") {
+		if err != nil || u.Scheme != "https" || !plainHost(u) || u.User != nil || len(p.LogoURL) > 2048 ||
+			strings.ContainsAny(p.LogoURL, " \"'<>;,") {
 			return Portal{}, fielderr.New("portal.logo_url", "must be an https URL of at most 2048 characters")
 		}
 	}
@@ -78,12 +80,29 @@ func (in *PortalInput) apply(p Portal) (Portal, error) {
 	return p, nil
 }
 
+// hostName is what a host may be in a portal setting: a DNS name or an
+// IPv4 address, nothing that could end a Content-Security-Policy source.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
+
+// plainHost reports whether u's host is a plain name with an optional
+// numeric port, so that scheme://host[:port] is a safe CSP source.
+func plainHost(u *url.URL) bool {
+	if !hostName.MatchString(u.Hostname()) {
+		return false
+	}
+	if port := u.Port(); port != "" {
+		n, err := strconv.Atoi(port)
+		return err == nil && n > 0 && n < 65536 && u.Host == u.Hostname()+":"+port
+	}
+	return u.Host == u.Hostname()
+}
+
 // frameOrigin checks and normalises an origin allowed to frame the portal:
 // http or https, a host, an optional port, nothing else.
 func frameOrigin(o string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(o))
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
-		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(u.Host, " ;,'\"*") {
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || !plainHost(u) || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
 		return "", fmt.Errorf("must be an origin such as https://app.example.com (scheme, host, optional port)")
 	}
 	return strings.ToLower(u.Scheme + "://" + u.Host), nil

@@ -125,6 +125,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	listServiceKeysSQL  = `SELECT ` + serviceKeyColumns + ` FROM service_keys WHERE ($1::uuid IS NULL OR id > $1) ORDER BY id LIMIT $2`
 	getServiceKeySQL    = `SELECT ` + serviceKeyColumns + ` FROM service_keys WHERE id = $1`
 	revokeServiceKeySQL = `UPDATE service_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL`
+	// endPortalsOfKeySQL ends the portal sessions a revoked key opened,
+	// links not yet used included.
+	endPortalsOfKeySQL  = `UPDATE portal_sessions SET ended_at = now() WHERE created_by_service_key = $1 AND ended_at IS NULL`
 	serviceKeyExistsSQL = `SELECT EXISTS (SELECT 1 FROM service_keys WHERE id = $1)`
 
 	// authenticateServiceSQL finds a valid service key by its hash and the
@@ -209,14 +212,24 @@ func (s *Store) GetServiceKey(ctx context.Context, id uuid.UUID) (ServiceKey, er
 	return k, nil
 }
 
-// RevokeServiceKey revokes service key id; revoking a revoked key does
-// nothing (ErrKeyNotFound when unknown).
+// RevokeServiceKey revokes service key id, and ends the portal sessions
+// it opened (their links too) in the same transaction; revoking a revoked
+// key does nothing (ErrKeyNotFound when unknown).
 func (s *Store) RevokeServiceKey(ctx context.Context, id uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, revokeServiceKeySQL, id)
+	var revoked bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, revokeServiceKeySQL, id)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		revoked = true
+		_, err = tx.Exec(ctx, endPortalsOfKeySQL, id)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("revoke service key: %w", err)
 	}
-	if tag.RowsAffected() == 1 {
+	if revoked {
 		return nil
 	}
 	var exists bool

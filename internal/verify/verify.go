@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -270,4 +271,36 @@ func newChallenge() (string, error) {
 		return "", fmt.Errorf("challenge: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// Finisher records verification outcomes (webhook.Store).
+type Finisher interface {
+	FinishVerification(ctx context.Context, tenantID, id uuid.UUID, url, errText string, now time.Time) (webhook.Webhook, error)
+}
+
+// Settle checks the endpoint of w when its verification is pending,
+// records the outcome with store and returns the webhook as it then is. A
+// check or a record that could not finish (the caller went away, the
+// database failed) leaves it pending, as it is stored, and is logged. The
+// REST API and the console both call it after a change that (re)starts
+// verification.
+func (c *Checker) Settle(ctx context.Context, store Finisher, w webhook.Webhook, now time.Time, log *slog.Logger) webhook.Webhook {
+	if w.Verification == nil || w.Verification.State != webhook.VerificationPending {
+		return w
+	}
+	log = log.With("webhook_id", w.ID.String())
+	res, err := c.Check(ctx, w)
+	if err != nil {
+		log.Warn("webhook verification not finished; it stays pending", "error", err)
+		return w
+	}
+	got, err := store.FinishVerification(context.WithoutCancel(ctx), w.TenantID, w.ID, w.URL, res.Problem, now)
+	if err != nil {
+		log.Error("webhook verification outcome not recorded; it stays pending", "error", err,
+			"verified", res.Verified(), "problem", res.Problem)
+		return w
+	}
+	log.Info("webhook verification", "verified", res.Verified(), "status_code", res.StatusCode,
+		"duration_ms", res.Duration.Milliseconds(), "problem", res.Problem)
+	return got
 }

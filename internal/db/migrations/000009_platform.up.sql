@@ -23,11 +23,14 @@ CREATE TABLE service_keys (
 -- Who acted: actor_type is 'api_key' (actor_key_id), 'service_key'
 -- (actor_service_key_id, acting for the row's tenant), 'portal' (a portal
 -- session, opened by actor_service_key_id or by the admin when it is NULL),
--- 'admin' or 'system'. Rows written before this migration keep '' and are
--- read as before: an API key when actor_key_id is set, else the admin.
+-- 'admin' or 'system'. The rows written before this migration are given
+-- theirs; a process of the previous version, still running during a
+-- rolling deploy, writes '' (read as those were: see audit.listSQL).
 ALTER TABLE audit_log
     ADD COLUMN actor_type text NOT NULL DEFAULT '',
     ADD COLUMN actor_service_key_id uuid REFERENCES service_keys (id) ON DELETE SET NULL;
+UPDATE audit_log SET actor_type = CASE WHEN action = 'webhook.auto_disabled' THEN 'system'
+    WHEN actor_key_id IS NOT NULL THEN 'api_key' ELSE 'admin' END;
 
 -- How a tenant's portal looks and where it may be embedded: display name,
 -- logo URL, accent colour and the origins allowed to frame it.
