@@ -143,12 +143,7 @@ func (c *Console) verifyWebhook(ctx *gin.Context) {
 		return
 	}
 	w, err := c.webhooks.StartVerification(ctx.Request.Context(), session(ctx).TenantID, w.ID)
-	if errors.Is(err, webhook.ErrNotFound) {
-		c.notFound(ctx)
-		return
-	}
-	if err != nil {
-		c.fail(ctx, err)
+	if c.failed(ctx, err) {
 		return
 	}
 	w = c.checker.Settle(ctx.Request.Context(), c.webhooks, w, c.now(), c.log)
@@ -183,12 +178,7 @@ func (c *Console) setActive(active bool) gin.HandlerFunc {
 			return
 		}
 		w, err := c.change(ctx, current, webhook.Input{Active: &active})
-		if errors.Is(err, webhook.ErrNotFound) {
-			c.notFound(ctx)
-			return
-		}
-		if err != nil {
-			c.fail(ctx, err)
+		if c.failed(ctx, err) {
 			return
 		}
 		notice := "resumed"
@@ -214,12 +204,7 @@ func (c *Console) deleteWebhook(ctx *gin.Context) {
 		return
 	}
 	err := c.webhooks.Delete(ctx.Request.Context(), session(ctx).TenantID, w.ID)
-	if errors.Is(err, webhook.ErrNotFound) {
-		c.notFound(ctx)
-		return
-	}
-	if err != nil {
-		c.fail(ctx, err)
+	if c.failed(ctx, err) {
 		return
 	}
 	c.log.Info("webhook deleted", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "via", via(ctx))
@@ -254,12 +239,7 @@ func (c *Console) rotateSecret(ctx *gin.Context) {
 	}
 	until := c.now().UTC().Add(c.cfg.SecretRotationGrace).Truncate(time.Microsecond)
 	w, err := c.webhooks.RotateSecret(ctx.Request.Context(), session(ctx).TenantID, w.ID, webhook.NewSecret(), until)
-	if errors.Is(err, webhook.ErrNotFound) {
-		c.notFound(ctx)
-		return
-	}
-	if err != nil {
-		c.fail(ctx, err)
+	if c.failed(ctx, err) {
 		return
 	}
 	c.render(ctx, http.StatusOK, "secret", newSecretData("Secret rotated", w, &until))
@@ -291,6 +271,21 @@ func (c *Console) sendTestEvent(ctx *gin.Context) {
 	c.log.Info("test event sent", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "event_id", res.ID.String(),
 		"via", via(ctx))
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice=test_sent")
+}
+
+// failed answers err, when there is one, with the not-found page for a
+// webhook that is gone (or another tenant's) and the error page otherwise,
+// and reports whether it did.
+func (c *Console) failed(ctx *gin.Context, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, webhook.ErrNotFound):
+		c.notFound(ctx)
+	default:
+		c.fail(ctx, err)
+	}
+	return true
 }
 
 // via names where an action came from, for log lines.
