@@ -267,6 +267,12 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`INSERT INTO audit_log (id, tenant_id, action, target_type, target_id) VALUES (gen_random_uuid(), '{tenant}', 'x', 'x', 'x')`, true},
 		{`SELECT webhook_id, paused_at, resumed_at FROM webhook_pauses`, true},
 		{`SELECT created_at FROM webhooks`, true},
+		// Retention prunes ended portal sessions and old pauses; the dlq
+		// reads nothing else of the platform's tables.
+		{`DELETE FROM portal_sessions WHERE expires_at < now() - interval '1 day'`, true},
+		{`DELETE FROM webhook_pauses WHERE resumed_at < now() - interval '90 days'`, true},
+		{`SELECT * FROM service_keys`, false},
+		{`UPDATE portal_sessions SET ended_at = now()`, false},
 	}, refusedToAll...))
 }
 

@@ -33,7 +33,7 @@ var (
 	deliveryOutcomes     = []string{"success", "failure"}
 	circuitTransitions   = []string{"opened", "half_opened", "closed", "reopened"}
 	deadLetterReasons    = []string{"exhausted", "poison", "gone", "malformed", "swept"}
-	retentionKinds       = []string{"attempts", "attempt_partitions", "deliveries", "payloads", "events"}
+	retentionKinds       = []string{"attempts", "attempt_partitions", "deliveries", "payloads", "events", "portal_sessions", "webhook_pauses"}
 	notificationOutcomes = []string{"created", "suppressed"}
 	filterErrorReasons   = []string{"error", "cost_limit"}
 )

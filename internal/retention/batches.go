@@ -24,6 +24,32 @@ func (j *Job) prunePayloads(ctx context.Context, c cutoffs, rep *Report) error {
 	return j.byPages(ctx, prunePayloadsSQL, c.payloads, &rep.Payloads)
 }
 
+// pruneSessions deletes the portal sessions over for a day.
+func (j *Job) pruneSessions(ctx context.Context, _ cutoffs, rep *Report) error {
+	return j.untilNone(ctx, &rep.PortalSessions, pruneSessionsSQL, j.cfg.BatchSize)
+}
+
+// prunePauses deletes the webhook pauses that ended before the attempt
+// cutoff.
+func (j *Job) prunePauses(ctx context.Context, c cutoffs, rep *Report) error {
+	return j.untilNone(ctx, &rep.Pauses, prunePausesSQL, c.attempts, j.cfg.BatchSize)
+}
+
+// untilNone runs a deleting statement that removes a page at a time until
+// it removes nothing, adding what it removed to n.
+func (j *Job) untilNone(ctx context.Context, n *int64, query string, args ...any) error {
+	for {
+		tag, err := j.pool.Exec(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		*n += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+	}
+}
+
 // byPages runs a batch statement (see sql.go) over the rows created before
 // cutoff, a page at a time in id order, adding the rows it changed to n,
 // until a page comes back empty. Each page is its own transaction, so no

@@ -65,6 +65,10 @@ type Report struct {
 	// PartitionsSkipped is the old partitions left for the next run because
 	// their lock was not obtained in time.
 	PartitionsSkipped int64
+	// PortalSessions is the portal sessions deleted a day after they
+	// ended; Pauses the webhook pauses older than the attempt cutoff.
+	PortalSessions int64
+	Pauses         int64
 }
 
 // Run runs the job shortly after it starts, then every cfg.Interval, until
@@ -120,6 +124,8 @@ func (j *Job) Once(ctx context.Context, now time.Time) (Report, error) {
 		{"default_partition", j.pruneDefaultPartition},
 		{"events", j.pruneEvents},
 		{"payloads", j.prunePayloads},
+		{"portal_sessions", j.pruneSessions},
+		{"webhook_pauses", j.prunePauses},
 	}
 	var errs []error
 	for _, s := range steps {
@@ -141,6 +147,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 	for kind, n := range map[string]int64{
 		"attempts": rep.Attempts, "attempt_partitions": rep.AttemptPartitions,
 		"deliveries": rep.Deliveries, "payloads": rep.Payloads, "events": rep.Events,
+		"portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses,
 	} {
 		metrics.RetentionPruned.WithLabelValues(kind).Add(float64(n))
 	}
@@ -148,6 +155,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 		"attempts", rep.Attempts, "attempt_partitions", rep.AttemptPartitions,
 		"deliveries", rep.Deliveries, "payloads", rep.Payloads, "events", rep.Events,
 		"attempts_retained", rep.AttemptsRetained, "partitions_skipped", rep.PartitionsSkipped,
+		"portal_sessions", rep.PortalSessions, "webhook_pauses", rep.Pauses,
 		"duration_ms", took.Milliseconds(),
 	}
 	if err != nil {

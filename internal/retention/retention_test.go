@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -365,4 +366,42 @@ func TestRunPrunesUntilCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
+}
+
+// Portal sessions go a day after they ended or expired, pauses once older
+// than what is kept of events; the others stay.
+func TestOncePrunesEndedPortalSessionsAndOldPauses(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	session := func(expires, ended string) uuid.UUID {
+		id := uuid.Must(uuid.NewV7())
+		f.exec(`INSERT INTO portal_sessions (id, tenant_id, token_hash, link_expires_at, expires_at, ended_at)
+			VALUES ($1, $2, $3, now(), now() + $4::interval, now() + $5::interval)`, id, f.tenant, id[:], expires, ended)
+		return id
+	}
+	expiredLong := session("-2 days", "1 hour")
+	endedLong := session("1 hour", "-30 hours")
+	live := session("1 hour", "1 hour")
+	endedRecently := session("1 hour", "-1 hour")
+	f.exec(`UPDATE portal_sessions SET ended_at = NULL WHERE id = $1`, live)
+	f.exec(`INSERT INTO webhook_pauses (webhook_id, paused_at, resumed_at) VALUES
+		($1, now() - interval '120 days', now() - interval '100 days'),
+		($1, now() - interval '10 days', now() - interval '9 days'),
+		($1, now() - interval '1 day', NULL)`, f.webhook)
+
+	rep, err := f.job().Once(f.ctx, time.Now())
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rep.PortalSessions)
+	require.EqualValues(t, 1, rep.Pauses)
+	rows, err := f.pool.Query(f.ctx, `SELECT id FROM portal_sessions ORDER BY id`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{live, endedRecently}, left)
+	require.NotContains(t, left, expiredLong)
+	require.NotContains(t, left, endedLong)
+	var pauses int
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM webhook_pauses`).Scan(&pauses))
+	require.Equal(t, 2, pauses, "the recent pause and the one still going stay")
+	require.Contains(t, f.logs.String(), "portal_sessions=2")
 }

@@ -151,3 +151,21 @@ const dropPartitionSQL = `SELECT drop_attempt_partition($1::regclass)`
 const prefixedAttemptColumns = `a.delivery_id, a.delivery_created_at, a.attempt_number, a.tenant_id, a.webhook_id,
     a.status_code, a.failure_category, a.error, a.duration_ms, a.response_headers, a.response_body_sample,
     a.scheduled_at, a.executed_at`
+
+// pruneSessionsSQL deletes, up to $1 at a time, the portal sessions over
+// for a day (expired or ended): their link and their cookie are dead, and
+// the audit log keeps that they were opened.
+const pruneSessionsSQL = `WITH page AS (
+    SELECT id FROM portal_sessions
+    WHERE least(expires_at, coalesce(ended_at, expires_at)) < now() - interval '1 day'
+    LIMIT $1
+)
+DELETE FROM portal_sessions p USING page WHERE p.id = page.id`
+
+// prunePausesSQL deletes, up to $2 at a time, the pauses of webhooks that
+// ended before the attempt cutoff ($1): a recovery reaches back no further
+// than the events retention keeps.
+const prunePausesSQL = `WITH page AS (
+    SELECT webhook_id, paused_at FROM webhook_pauses WHERE resumed_at < $1 LIMIT $2
+)
+DELETE FROM webhook_pauses w USING page WHERE w.webhook_id = page.webhook_id AND w.paused_at = page.paused_at`

@@ -54,3 +54,7 @@ CREATE TABLE portal_sessions (
 CREATE INDEX portal_sessions_tenant_idx ON portal_sessions (tenant_id, created_at);
 
 GRANT SELECT, INSERT, UPDATE ON service_keys, portal_sessions TO hookline_api;
+-- dlq: retention deletes portal sessions a day after they end, and webhook
+-- pauses older than what it keeps of events.
+GRANT SELECT, DELETE ON portal_sessions TO hookline_dlq;
+GRANT DELETE ON webhook_pauses TO hookline_dlq;
