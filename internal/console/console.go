@@ -207,10 +207,8 @@ func (c *Console) publishLimited(ctx *gin.Context) bool {
 		return false
 	}
 	s := session(ctx)
-	rctx, cancel := context.WithTimeout(ctx.Request.Context(), 100*time.Millisecond)
-	defer cancel()
-	ok, _, err := c.limits.Take(rctx, c.now(), ratelimit.PublishBucket(s.TenantID.String(), s.PublishLimit.RequestsPerSecond,
-		s.PublishLimit.Burst))
+	ok, _, err := c.limits.TakePublish(ctx.Request.Context(), c.now(), s.TenantID.String(), s.PublishLimit.RequestsPerSecond,
+		s.PublishLimit.Burst)
 	if err != nil {
 		c.log.Warn("publish limit not checked", "error", err)
 		return false

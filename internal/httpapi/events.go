@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/ratelimit"
 )
 
 // publishEvent accepts an event: 202 with its id and delivery count once it
@@ -78,10 +76,8 @@ func (s *Server) publishLimited(c *gin.Context) (time.Duration, bool) {
 		return 0, false
 	}
 	p := principal(c)
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 100*time.Millisecond)
-	defer cancel()
-	ok, wait, err := s.limits.Take(ctx, s.now(), ratelimit.PublishBucket(p.TenantID.String(),
-		p.PublishLimit.RequestsPerSecond, p.PublishLimit.Burst))
+	ok, wait, err := s.limits.TakePublish(c.Request.Context(), s.now(), p.TenantID.String(),
+		p.PublishLimit.RequestsPerSecond, p.PublishLimit.Burst)
 	if err != nil {
 		s.limitsDownUntil.Store(time.Now().Add(5 * time.Second).UnixNano())
 		return 0, false

@@ -81,10 +81,17 @@ func PerSecond(rps, burst int) Limit {
 	return Limit{PerMinute: rps * 60, Burst: burst}
 }
 
-// PublishBucket is the bucket of a tenant's publish rate limit, taken by
-// every publish, replay, single retry and test event of the tenant.
-func PublishBucket(tenantID string, rps, burst int) Bucket {
-	return Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)}
+// publishTimeout bounds asking for a publish token: a publish that cannot
+// be limited in time goes ahead (its caller fails open).
+const publishTimeout = 100 * time.Millisecond
+
+// TakePublish takes a token from the bucket of tenantID's publish rate
+// limit (rps, burst), which every publish, replay, single retry and test
+// event of the tenant takes from, waiting at most publishTimeout for Redis.
+func (l *Limiter) TakePublish(ctx context.Context, now time.Time, tenantID string, rps, burst int) (ok bool, wait time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	return l.Take(ctx, now, Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)})
 }
 
 // Bucket names one token bucket and its limit.

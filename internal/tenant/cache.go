@@ -52,19 +52,21 @@ func NewCachedAuth(store *Store, ttl time.Duration) *CachedAuth {
 // Authenticate returns the principal of a valid key, from the cache when it
 // holds a fresh answer.
 func (a *CachedAuth) Authenticate(ctx context.Context, key string) (Principal, error) {
-	return a.cached(ctx, cacheKey{hash: hashKey(key)}, func() (Principal, error) { return a.store.Authenticate(ctx, key) })
+	return a.cached(cacheKey{hash: hashKey(key)}, func() (Principal, error) { return a.store.Authenticate(ctx, key) })
 }
 
 // AuthenticateService returns the principal of a valid service key acting
 // for tenantID, from the cache when it holds a fresh answer. Only
 // successes are cached: a tenant added to nothing is asked again.
 func (a *CachedAuth) AuthenticateService(ctx context.Context, key string, tenantID uuid.UUID) (Principal, error) {
-	return a.cached(ctx, cacheKey{hash: hashKey(key), tenant: tenantID}, func() (Principal, error) {
+	return a.cached(cacheKey{hash: hashKey(key), tenant: tenantID}, func() (Principal, error) {
 		return a.store.AuthenticateService(ctx, key, tenantID)
 	})
 }
 
-func (a *CachedAuth) cached(_ context.Context, k cacheKey, load func() (Principal, error)) (Principal, error) {
+// cached answers k from the cache when it holds a fresh answer, else from
+// load, caching a success.
+func (a *CachedAuth) cached(k cacheKey, load func() (Principal, error)) (Principal, error) {
 	now := a.now()
 	a.mu.RLock()
 	e, ok := a.entries[k]
