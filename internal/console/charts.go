@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"html/template"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,9 +34,57 @@ type chartSet struct {
 	Deliveries, Success, Latency template.HTML
 }
 
+// chartTTL is how long drawn charts are reused: a page reloaded in a loop
+// (by a portal's customer, say) queries a tenant's day of attempts at
+// most once per chartTTL in each api process, so that it cannot load
+// Postgres for the other tenants.
+const chartTTL = 5 * time.Second
+
+// maxCachedCharts bounds the charts kept; past it the cache is emptied.
+const maxCachedCharts = 10_000
+
+// chartCache keeps drawn charts by tenant and webhook (uuid.Nil: the
+// tenant's).
+type chartCache struct {
+	mu      sync.Mutex
+	entries map[[2]uuid.UUID]cachedCharts
+}
+
+type cachedCharts struct {
+	sets    []chartSet
+	expires time.Time
+}
+
 // charts draws the windows of chartWindows for the tenant's attempts, or
-// one webhook's when webhookID is set.
+// one webhook's when webhookID is set, or returns those drawn within
+// chartTTL.
 func (c *Console) charts(ctx context.Context, tenantID uuid.UUID, webhookID *uuid.UUID) ([]chartSet, error) {
+	key := [2]uuid.UUID{tenantID}
+	if webhookID != nil {
+		key[1] = *webhookID
+	}
+	now := c.now()
+	c.chartCache.mu.Lock()
+	e, ok := c.chartCache.entries[key]
+	c.chartCache.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.sets, nil
+	}
+	sets, err := c.drawCharts(ctx, tenantID, webhookID)
+	if err != nil {
+		return nil, err
+	}
+	c.chartCache.mu.Lock()
+	defer c.chartCache.mu.Unlock()
+	if c.chartCache.entries == nil || len(c.chartCache.entries) >= maxCachedCharts {
+		c.chartCache.entries = map[[2]uuid.UUID]cachedCharts{}
+	}
+	c.chartCache.entries[key] = cachedCharts{sets: sets, expires: now.Add(chartTTL)}
+	return sets, nil
+}
+
+// drawCharts queries and draws the charts of charts.
+func (c *Console) drawCharts(ctx context.Context, tenantID uuid.UUID, webhookID *uuid.UUID) ([]chartSet, error) {
 	out := make([]chartSet, 0, len(chartWindows))
 	for _, w := range chartWindows {
 		step := w.Window / time.Duration(w.Buckets)

@@ -107,6 +107,7 @@ type Console struct {
 	rules      webhook.Rules
 	limits     *ratelimit.Limiter
 	checker    *verify.Checker
+	chartCache chartCache
 	key        []byte
 	pages      pages
 	now        func() time.Time

@@ -6,9 +6,12 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // secretShown is the secret a secret page shows.
@@ -150,4 +153,24 @@ func TestEditingAVerifiedEndpointVerifiesItAgain(t *testing.T) {
 	p = c.post("/console/webhooks/"+hook.String()+"/verify", nil)
 	require.Equal(t, http.StatusSeeOther, p.Status)
 	require.Contains(t, p.Location, "notice=verification_failed")
+}
+
+// A page reloaded in a loop draws its charts from the database at most
+// once per few seconds (chartTTL): a tenant's customer reloading the
+// portal cannot load Postgres for the others.
+func TestChartsAreDrawnAgainOnlyAfterAFewSeconds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tenantID, key := e.Tenant("acme")
+	hook := e.webhook(key, "http://127.0.0.1:1/a", nil)
+	e.seed(tenantID, hook, 2, "order.created", "succeeded")
+	c := e.client()
+	c.signIn(key)
+	require.Contains(t, c.get("/console/webhooks/"+hook.String()).Body, "succeeded: 2 in all")
+
+	e.seed(tenantID, hook, 3, "order.created", "succeeded")
+	require.Contains(t, c.get("/console/webhooks/"+hook.String()).Body, "succeeded: 2 in all", "drawn a moment ago")
+	testwait.Eventually(t, 15*time.Second, func() bool {
+		return strings.Contains(c.get("/console/webhooks/"+hook.String()).Body, "succeeded: 5 in all")
+	}, "the charts to be drawn again")
 }

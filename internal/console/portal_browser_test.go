@@ -124,11 +124,19 @@ func TestPortalInAnIframeInBrowser(t *testing.T) {
 		return err == nil && strings.TrimSpace(s) == "succeeded"
 	}, "the test event's delivery to show succeeded")
 	require.Equal(t, "hookline.test", f.text("table.deliveries tbody td:nth-child(2) code"))
-	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
-	defer cancel()
-	desc, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(`section.charts svg desc`)))
-	require.NoError(t, err)
-	require.Contains(t, desc, "succeeded: 1 in all", "the chart counts the delivery")
+	// Charts are drawn again at most every few seconds (chartTTL).
+	var desc string
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[method="get"].filters a`)),
+			chromedp.WaitVisible(chromedp.CSS("section.charts"))); err != nil {
+			return false
+		}
+		s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(`section.charts svg desc`)))
+		desc = s
+		return err == nil && strings.Contains(s, "succeeded: 1 in all")
+	}, "the chart to count the delivery (last %q)", &desc)
 	b.screenshot("32-portal-test-delivered")
 
 	// The portal offers nothing of the operator's.
