@@ -5,10 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
@@ -221,4 +224,49 @@ func TestAnalyzeStaleLeavesTheWorkToTheProcessHoldingTheLock(t *testing.T) {
 	tables, err = db.AnalyzeStale(ctx, pool)
 	require.NoError(t, err)
 	require.NotEmpty(t, tables)
+}
+
+// A generic plan made while a table is small is kept while the table
+// grows; on the hot path's connections it must still find rows by key.
+func TestGenericPlansFindRowsByKeyWhateverTheTableSizeWhenPlanned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	_, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	hot, err := db.GenericPlans(pool, 1)
+	require.NoError(t, err)
+	t.Cleanup(hot.Close)
+
+	const lookup = `SELECT name FROM tenants WHERE id = ANY($1)`
+	plain, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer plain.Release()
+	_, err = plain.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	conn, err := hot.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, c := range []*pgxpool.Conn{plain, conn} {
+		_, err = c.Exec(ctx, `PREPARE lookup(uuid[]) AS `+lookup)
+		require.NoError(t, err)
+		_, err = c.Exec(ctx, `EXECUTE lookup('{}')`)
+		require.NoError(t, err)
+	}
+
+	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'plan-' || g, 60, 10, 10, 10 FROM generate_series(1, 5000) g`)
+	require.NoError(t, err)
+	plan := func(c *pgxpool.Conn) string {
+		rows, err := c.Query(ctx, `EXPLAIN EXECUTE lookup('{}')`)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	// Without the hot path's settings the plan made for the small table
+	// scans it whole; with them it uses the primary key.
+	require.Contains(t, plan(plain), "Seq Scan on tenants")
+	hotPlan := plan(conn)
+	require.Contains(t, hotPlan, "tenants_pkey")
+	require.NotContains(t, hotPlan, "Seq Scan")
 }
