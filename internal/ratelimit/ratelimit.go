@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,10 +89,10 @@ const publishTimeout = 100 * time.Millisecond
 // TakePublish takes a token from the bucket of tenantID's publish rate
 // limit (rps, burst), which every publish, replay, single retry and test
 // event of the tenant takes from, waiting at most publishTimeout for Redis.
+// Tokens come from the process's lease on the bucket when it holds one
+// (see lease.go), so that most publishes need no Redis round trip.
 func (l *Limiter) TakePublish(ctx context.Context, now time.Time, tenantID string, rps, burst int) (ok bool, wait time.Duration, err error) {
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	defer cancel()
-	return l.Take(ctx, now, Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)})
+	return l.publishLease(tenantID).take(ctx, l, now, Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)})
 }
 
 // Bucket names one token bucket and its limit.
@@ -108,6 +109,8 @@ type Bucket struct {
 type Limiter struct {
 	rdb    *redis.Client
 	prefix string
+	// leases are the publish buckets' leases of this process, by tenant.
+	leases sync.Map
 }
 
 // New returns a Limiter keeping its buckets in rdb under keys that start

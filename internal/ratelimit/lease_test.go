@@ -1,0 +1,178 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/redisbatch"
+)
+
+// scriptCounter counts the scripts a client runs in Redis (a script sent by
+// its digest that Redis did not hold yet is sent again with its text, and
+// counted once).
+type scriptCounter struct{ n atomic.Int64 }
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && !redisbatch.IsNoScript(err) {
+			c.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// process is another api process on f's Redis: a Limiter of its own,
+// counting its commands.
+func (f *fixture) process() (*Limiter, *scriptCounter) {
+	f.t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: f.rdb.Options().Addr})
+	f.t.Cleanup(func() { _ = rdb.Close() })
+	counter := &scriptCounter{}
+	rdb.AddHook(counter)
+	return New(rdb, f.prefix), counter
+}
+
+func (f *fixture) takePublish(l *Limiter, now time.Time, rps, burst int) (bool, time.Duration) {
+	f.t.Helper()
+	ok, wait, err := l.TakePublish(f.ctx, now, "tenant-1", rps, burst)
+	require.NoError(f.t, err)
+	return ok, wait
+}
+
+// publishBucket is the bucket TakePublish draws from for "tenant-1".
+func publishBucket(rps, burst int) Bucket {
+	return Bucket{Key: "publish:tenant-1", Limit: PerSecond(rps, burst)}
+}
+
+func TestPublishLeasesGrantTheBurstInFewRoundTrips(t *testing.T) {
+	f := newFixture(t)
+	l, counter := f.process()
+	for i := range 100 {
+		ok, _ := f.takePublish(l, t0, 10, 100)
+		require.True(t, ok, "publish %d", i+1)
+	}
+	ok, wait := f.takePublish(l, t0, 10, 100)
+	require.False(t, ok, "the burst is spent")
+	require.Equal(t, 100*time.Millisecond, wait, "the bucket's own wait for a token")
+	// Leases of 1, 2, 4, 8 and then 10 (a tenth of the burst), the last
+	// one cut to the 5 tokens left; then the refusal.
+	require.Equal(t, int64(14), counter.n.Load())
+	// Nothing is left for anyone else.
+	f.requireRefused(100*time.Millisecond, t0, publishBucket(10, 100))
+}
+
+func TestSmallBurstsAreAskedAtEveryPublish(t *testing.T) {
+	f := newFixture(t)
+	l, counter := f.process()
+	for range 9 {
+		ok, _ := f.takePublish(l, t0, 1, 9)
+		require.True(t, ok)
+	}
+	ok, wait := f.takePublish(l, t0, 1, 9)
+	require.False(t, ok)
+	require.Equal(t, time.Second, wait)
+	require.Equal(t, int64(10), counter.n.Load())
+}
+
+func TestUnusedLeasedTokensGoBackWithTheNextRenewal(t *testing.T) {
+	f := newFixture(t)
+	l, _ := f.process()
+	// 20 publishes: leases of 1, 2, 4, 8 and 10 took 25 tokens, 5 unused.
+	for range 20 {
+		ok, _ := f.takePublish(l, t0, 10, 100)
+		require.True(t, ok)
+	}
+	// Past the lease's life, the next publish gives the 5 back and leases
+	// half as many as before.
+	now := t0.Add(200 * time.Millisecond)
+	ok, _ := f.takePublish(l, now, 10, 100)
+	require.True(t, ok)
+	// The bucket: 100 - 25 taken + 2 refilled + 5 given back - 5 leased.
+	f.requireTakes(77, now, publishBucket(10, 100))
+	f.requireRefused(100*time.Millisecond, now, publishBucket(10, 100))
+	// The 4 tokens still leased are good until the lease expires.
+	for range 4 {
+		ok, _ := f.takePublish(l, now.Add(99*time.Millisecond), 10, 100)
+		require.True(t, ok)
+	}
+	ok, wait := f.takePublish(l, now.Add(99*time.Millisecond), 10, 100)
+	require.False(t, ok)
+	require.Equal(t, time.Millisecond, wait)
+}
+
+func TestProcessesLeasingOneBucketNeverOverGrant(t *testing.T) {
+	f := newFixture(t)
+	const processes, workers, attempts = 3, 4, 100
+	var grants atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, processes*workers)
+	for range processes {
+		l, _ := f.process()
+		for range workers {
+			wg.Go(func() {
+				for range attempts {
+					ok, _, err := l.TakePublish(f.ctx, t0, "tenant-1", 10, 500)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						grants.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(500), grants.Load(), "the burst, all of it, and not one more")
+}
+
+func TestAChangedPublishLimitAppliesAtTheNextRenewal(t *testing.T) {
+	f := newFixture(t)
+	l, counter := f.process()
+	for range 30 {
+		ok, _ := f.takePublish(l, t0, 10, 1000) // leases of 1, 2, 4, 8, 16
+		require.True(t, ok)
+	}
+	before := counter.n.Load()
+	// The limit falls to a burst of 5: the lease left (1 token) is used,
+	// then each publish asks the bucket again.
+	ok, _ := f.takePublish(l, t0, 10, 5)
+	require.True(t, ok)
+	require.Equal(t, before, counter.n.Load())
+	ok, _ = f.takePublish(l, t0, 10, 5)
+	require.True(t, ok)
+	require.Equal(t, before+1, counter.n.Load())
+}
+
+func TestARenewalThatFailedIsNotTriedAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	counter := &scriptCounter{}
+	rdb.AddHook(counter)
+	l := New(rdb, "unreachable:")
+	_, _, err := l.TakePublish(context.Background(), t0, "tenant-1", 10, 100)
+	require.Error(t, err)
+	sent := counter.n.Load()
+	require.Positive(t, sent)
+	_, _, err = l.TakePublish(context.Background(), t0, "tenant-1", 10, 100)
+	require.ErrorIs(t, err, errRenewalFailed)
+	require.Equal(t, sent, counter.n.Load(), "Redis was not asked again")
+}
