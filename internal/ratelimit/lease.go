@@ -60,12 +60,38 @@ type lease struct {
 	failed time.Time
 }
 
-func (l *Limiter) publishLease(tenantID string) *lease {
+func (l *Limiter) publishLease(now time.Time, tenantID string) *lease {
+	l.sweepLeases(now)
 	if v, ok := l.leases.Load(tenantID); ok {
 		return v.(*lease)
 	}
 	v, _ := l.leases.LoadOrStore(tenantID, &lease{size: 1})
 	return v.(*lease)
+}
+
+// leaseIdle is how long after its expiry a lease is forgotten, at the
+// latest a leaseIdle later still (sweepLeases runs at most once per
+// leaseIdle), so that the leases of tenants gone quiet take no memory.
+const leaseIdle = time.Minute
+
+// sweepLeases forgets the leases expired for leaseIdle, at most once per
+// leaseIdle. A lease forgotten with tokens left (at most a tenth of its
+// bucket's burst) leaves them off the bucket until it refills.
+func (l *Limiter) sweepLeases(now time.Time) {
+	last := l.swept.Load()
+	if now.UnixNano()-last < int64(leaseIdle) || !l.swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	l.leases.Range(func(key, v any) bool {
+		s := v.(*lease)
+		if s.mu.TryLock() {
+			if now.Sub(s.expires) > leaseIdle {
+				l.leases.Delete(key)
+			}
+			s.mu.Unlock()
+		}
+		return true
+	})
 }
 
 // leaseCap is the largest lease of a bucket with limit.

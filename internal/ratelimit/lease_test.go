@@ -176,3 +176,20 @@ func TestARenewalThatFailedIsNotTriedAgainAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, errRenewalFailed)
 	require.Equal(t, sent, counter.n.Load(), "Redis was not asked again")
 }
+
+func TestLeasesOfQuietTenantsAreForgotten(t *testing.T) {
+	f := newFixture(t)
+	l, _ := f.process()
+	leases := func() (names []string) {
+		l.leases.Range(func(k, _ any) bool { names = append(names, k.(string)); return true })
+		return names
+	}
+	_, _, err := l.TakePublish(f.ctx, t0, "quiet", 10, 100)
+	require.NoError(t, err)
+	_, _, err = l.TakePublish(f.ctx, t0.Add(30*time.Second), "busy", 10, 100)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"quiet", "busy"}, leases())
+	_, _, err = l.TakePublish(f.ctx, t0.Add(90*time.Second), "busy", 10, 100)
+	require.NoError(t, err)
+	require.Equal(t, []string{"busy"}, leases(), "expired for more than a minute")
+}
