@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -283,6 +284,40 @@ func (c *RecordCall) Result() (State, Transition, error) {
 	return recordResult(c.webhookID, c.call.Reply())
 }
 
+// QueueSuccesses queues on pipe n healthy outcomes of deliveries that were
+// not probes, attempted in the unix second second while the circuit was
+// closed: they go into the window, and change nothing else. It is Record
+// for outcomes that a worker counts locally and sends together (see
+// delivery.Guard): such an outcome cannot move a circuit, so it needs no
+// answer, and the window counts it the same.
+func (b *Breaker) QueueSuccesses(ctx context.Context, pipe redis.Pipeliner, webhookID string, cfg Config, second int64, n int) (*SuccessesCall, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// Seconds at or before cutoff no longer count at any moment of second
+	// or after; the window may be a fraction of a second longer than its
+	// whole seconds.
+	windowSeconds := int64((cfg.Window + time.Second - 1) / time.Second)
+	cutoff := second - windowSeconds - 1
+	return &SuccessesCall{call: redisbatch.QueueScript(ctx, pipe, b.rdb, successesScript, b.keys(webhookID)[1:],
+		strconv.FormatInt(second, 10)+":s", n, cfg.ttl().Milliseconds(), cutoff, 2*windowSeconds+2), webhookID: webhookID}, nil
+}
+
+// SuccessesCall is a QueueSuccesses; Err reads its outcome once the
+// pipeline has run.
+type SuccessesCall struct {
+	call      redisbatch.ScriptCall
+	webhookID string
+}
+
+// Err is the queued call's error, if any.
+func (c *SuccessesCall) Err() error {
+	if err := c.call.Reply().Err(); err != nil {
+		return fmt.Errorf("breaker successes %s: %w", c.webhookID, err)
+	}
+	return nil
+}
+
 // Pipeline returns a pipeline on the breaker's Redis client.
 func (b *Breaker) Pipeline() redis.Pipeliner { return b.rdb.Pipeline() }
 
@@ -511,6 +546,26 @@ if not success and n > max_calls - needed then
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {'half_open', ''}
+`)
+
+// successesScript: KEYS = window. ARGV = field, n, ttl_ms, cutoff (unix
+// second), prune_above. Adds n to the field; once the window holds more
+// than prune_above fields, those of seconds at or before cutoff, which
+// no longer count, are deleted (Record prunes as it sums; a webhook
+// whose outcomes all arrive here needs its own pruning).
+var successesScript = redis.NewScript(`
+redis.call('HINCRBY', KEYS[1], ARGV[1], tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[5]) then
+  local cutoff, stale = tonumber(ARGV[4]), {}
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if (tonumber(string.sub(field, 1, -3)) or 0) <= cutoff then stale[#stale + 1] = field end
+  end
+  for i = 1, #stale, 500 do
+    redis.call('HDEL', KEYS[1], unpack(stale, i, math.min(i + 499, #stale)))
+  end
+end
+return 0
 `)
 
 // snapshotScript: KEYS = state, window. ARGV = now_ms, window_ms. Reads

@@ -467,3 +467,48 @@ func TestQueuedCallsAfterScriptFlush(t *testing.T) {
 	require.True(t, metAllow, "no pipeline's allow met an empty script cache")
 	require.True(t, metRecord, "no pipeline's record met an empty script cache")
 }
+
+func (f *fixture) successes(id string, second int64, n int) {
+	f.t.Helper()
+	pipe := f.b.Pipeline()
+	call, err := f.b.QueueSuccesses(f.ctx, pipe, id, f.cfg, second, n)
+	require.NoError(f.t, err)
+	_, _ = pipe.Exec(f.ctx)
+	require.NoError(f.t, call.Err())
+}
+
+// Successes counted together weigh in the window as if recorded one by one.
+func TestQueuedSuccessesCountInTheWindow(t *testing.T) {
+	f := newFixture(t)
+	f.successes("wh", t0.Unix(), 9)
+	require.Equal(t, 9, f.snapshot("wh", t0).Successes)
+	// 13 failures of 22 outcomes: under the threshold of 60 %.
+	require.Empty(t, f.recordN("wh", t0.Add(time.Second), 13, false, false))
+	require.Equal(t, Opened, f.record("wh", t0.Add(time.Second), false, false), "14 of 23")
+	ttl, err := f.rdb.PTTL(f.ctx, f.b.keys("wh")[1]).Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+}
+
+// A webhook whose outcomes are all successes counted together still has
+// its old seconds pruned, once the window holds twice its seconds.
+func TestQueuedSuccessesPruneOldSeconds(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Window = 5 * time.Second
+	start := t0.Unix()
+	for s := start; s < start+12; s++ {
+		f.successes("wh", s, 1)
+	}
+	fields, err := f.rdb.HLen(f.ctx, f.b.keys("wh")[1]).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(12), fields, "12 seconds: not above twice the window plus 2")
+	f.successes("wh", start+12, 1)
+	keys, err := f.rdb.HKeys(f.ctx, f.b.keys("wh")[1]).Result()
+	require.NoError(t, err)
+	var want []string
+	for s := start + 7; s <= start+12; s++ {
+		want = append(want, fmt.Sprintf("%d:s", s))
+	}
+	require.ElementsMatch(t, want, keys, "seconds up to 12 - 5 - 1 deleted")
+	require.Equal(t, 5, f.snapshot("wh", time.Unix(start+12, 0)).Successes, "the window's 5 seconds")
+}

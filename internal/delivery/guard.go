@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -37,6 +39,35 @@ type Guard struct {
 	fallbackLogged atomic.Int64
 	// pipes: see Run.
 	pipes *redisbatch.Pipelines
+	// successes holds the healthy outcomes counted locally and not yet
+	// sent (see observe); counting is true while Run sends them.
+	successMu sync.Mutex
+	successes map[successKey]*successCount
+	counting  bool
+}
+
+// Most outcomes are successes of deliveries let through a closed circuit.
+// Such an outcome cannot move the circuit (only failures open it, and
+// only probes decide a half-open period), so it needs no answer: while
+// Run runs, the guard counts them locally, by webhook and second, and
+// sends the counts to the breakers' windows every successFlush, in one
+// pipeline, instead of one round trip each. The breaker's failure rate
+// may then miss up to successFlush of a webhook's latest successes, which
+// errs towards opening a circuit a little early, never late.
+const successFlush = 200 * time.Millisecond
+
+// successFlushTimeout bounds one flush; counts it could not send are
+// dropped (Redis is down: the breakers fall back to Postgres meanwhile).
+const successFlushTimeout = time.Second
+
+type successKey struct {
+	webhook uuid.UUID
+	second  int64
+}
+
+type successCount struct {
+	n   int
+	cfg breaker.Config
 }
 
 // NewGuard returns a guard; breakers and buckets are Redis keys under the
@@ -46,9 +77,90 @@ func NewGuard(b *breaker.Breaker, l *ratelimit.Limiter, pool *pgxpool.Pool, log 
 }
 
 // Run lets the Redis calls of deliveries in flight at the same moment share
-// pipelines (see redisbatch) until ctx ends; without it each delivery sends
-// its own. The worker runs it beside its handlers.
-func (g *Guard) Run(ctx context.Context) error { return g.pipes.Run(ctx) }
+// pipelines (see redisbatch), and sends the successes counted locally
+// every successFlush, until ctx ends; then it sends what is counted.
+// Without it each delivery sends its own calls and records each outcome.
+// The worker runs it beside its handlers.
+func (g *Guard) Run(ctx context.Context) error {
+	g.setCounting(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(successFlush)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				g.flushSuccesses(ctx)
+			}
+		}
+	}()
+	err := g.pipes.Run(ctx)
+	<-done
+	g.setCounting(false)
+	g.flushSuccesses(context.WithoutCancel(ctx))
+	return err
+}
+
+func (g *Guard) setCounting(on bool) {
+	g.successMu.Lock()
+	g.counting = on
+	g.successMu.Unlock()
+}
+
+// countSuccess counts a healthy outcome of webhook at now locally, and
+// reports whether it did (false: Run is not running, record it).
+func (g *Guard) countSuccess(webhook uuid.UUID, cfg breaker.Config, now time.Time) bool {
+	g.successMu.Lock()
+	defer g.successMu.Unlock()
+	if !g.counting {
+		return false
+	}
+	if g.successes == nil {
+		g.successes = map[successKey]*successCount{}
+	}
+	k := successKey{webhook: webhook, second: now.Unix()}
+	c := g.successes[k]
+	if c == nil {
+		c = &successCount{}
+		g.successes[k] = c
+	}
+	c.n++
+	c.cfg = cfg
+	return true
+}
+
+// flushSuccesses sends the counted successes to the breakers' windows.
+func (g *Guard) flushSuccesses(ctx context.Context) {
+	g.successMu.Lock()
+	counts := g.successes
+	g.successes = nil
+	g.successMu.Unlock()
+	if len(counts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, successFlushTimeout)
+	defer cancel()
+	pipe := g.breaker.Pipeline()
+	calls := make([]*breaker.SuccessesCall, 0, len(counts))
+	for k, c := range counts {
+		call, err := g.breaker.QueueSuccesses(ctx, pipe, k.webhook.String(), c.cfg, k.second, c.n)
+		if err != nil {
+			g.log.Warn("successes not counted", "webhook_id", k.webhook.String(), "error", err)
+			continue
+		}
+		calls = append(calls, call)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, call := range calls {
+		if err := call.Err(); err != nil {
+			g.fallback(err)
+			return
+		}
+	}
+}
 
 // pipeline runs the calls that queue puts on a pipeline; each call's
 // outcome (and error) is read from its own result.
@@ -170,9 +282,15 @@ func (g *Guard) release(ctx context.Context, t wire.Task) {
 // observe feeds an attempt's outcome to the breaker, and exports the state
 // the breaker answers (a webhook whose breaker is disabled has a circuit
 // that is always closed). Client errors other than 408 and 429 say nothing
-// about the endpoint's health and count as successes.
-func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, probe bool, now time.Time) {
+// about the endpoint's health and count as successes. state is the
+// circuit's state as admit found it: a success let through a closed
+// circuit, not a probe, is counted locally (see successFlush).
+func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, probe bool, state breaker.State, now time.Time) {
 	if !j.Breaker.Enabled {
+		metrics.CircuitState.Set(t.WebhookID, metrics.CircuitClosed, now)
+		return
+	}
+	if state == breaker.Closed && !probe && healthy(res) && g.countSuccess(t.WebhookID, breakerConfig(j), now) {
 		metrics.CircuitState.Set(t.WebhookID, metrics.CircuitClosed, now)
 		return
 	}
@@ -181,7 +299,6 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 	g.pipeline(ctx, func(pipe redis.Pipeliner) {
 		rec, err = g.breaker.QueueRecord(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now, healthy(res), probe)
 	})
-	var state breaker.State
 	var tr breaker.Transition
 	if err == nil {
 		state, tr, err = rec.Result()

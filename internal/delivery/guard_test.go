@@ -14,6 +14,7 @@ import (
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/ratelimit"
 	"github.com/hookline/hookline/internal/redistest"
+	"github.com/hookline/hookline/internal/retry"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
@@ -152,4 +153,55 @@ func TestSharedPipelinesGiveEachDeliveryItsOwnAnswer(t *testing.T) {
 	cancel()
 	<-done
 	require.False(t, f.guard.pipes.Running())
+}
+
+// While Run runs, successes let through a closed circuit are counted
+// locally and reach the breaker's window with the next flush; failures are
+// recorded at once.
+func TestSuccessesOfClosedCircuitsAreSentTogether(t *testing.T) {
+	f := newGuardFixture(t)
+	f.job.RateLimit = webhook.RateLimit{}
+	b := breaker.New(f.rdb, f.prefix)
+	hook := f.task.WebhookID.String()
+	snapshot := func() breaker.Snapshot {
+		s, err := b.Snapshot(f.ctx, hook, breakerConfig(f.job), time.Now())
+		require.NoError(t, err)
+		return s
+	}
+	ok := Response{StatusCode: 200}
+	failed := Response{StatusCode: 500, Category: retry.ServerError}
+
+	// Without Run, each outcome is recorded as it comes.
+	adm := f.admit(time.Now())
+	require.Equal(t, breaker.Closed, adm.state)
+	f.guard.observe(f.ctx, f.task, f.job, ok, false, adm.state, time.Now())
+	require.Equal(t, 1, snapshot().Successes)
+
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { _ = f.guard.Run(ctx); close(done) }()
+	require.Eventually(t, f.guard.pipes.Running, 5*time.Second, time.Millisecond)
+	for range 3 {
+		adm := f.admit(time.Now())
+		f.guard.observe(f.ctx, f.task, f.job, ok, false, adm.state, time.Now())
+	}
+	// Counted here, not yet in the window (unless a flush came between).
+	require.Eventually(t, func() bool { return snapshot().Successes == 4 }, 5*time.Second, 10*time.Millisecond)
+	f.guard.successMu.Lock()
+	require.Empty(t, f.guard.successes, "every count was sent")
+	f.guard.successMu.Unlock()
+
+	// Failures go to the breaker at once.
+	for range 3 {
+		adm := f.admit(time.Now())
+		f.guard.observe(f.ctx, f.task, f.job, failed, false, adm.state, time.Now())
+	}
+	require.Equal(t, 3, snapshot().Failures)
+
+	// A success counted as Run stops is sent before Run returns.
+	require.True(t, f.guard.countSuccess(f.task.WebhookID, breakerConfig(f.job), time.Now()))
+	cancel()
+	<-done
+	require.Equal(t, 5, snapshot().Successes)
+	require.False(t, f.guard.countSuccess(f.task.WebhookID, breakerConfig(f.job), time.Now()), "no counting without Run")
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/batch"
+	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
@@ -245,6 +246,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 	policy := policyOf(j.Retry)
 	now := w.now()
 	probe := false
+	var circuit breaker.State
 	span := trace.SpanFromContext(ctx)
 	if w.guard != nil {
 		adm := w.guard.admit(ctx, t, j, now, reservedFor(headers, now))
@@ -252,7 +254,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		if !adm.allowed {
 			return w.deferTo(ctx, log, t, headers, adm.reason, adm.until, adm.reserved)
 		}
-		probe = adm.probe
+		probe, circuit = adm.probe, adm.state
 	}
 	body, h, err := buildRequest(t, j, now)
 	if err != nil {
@@ -274,7 +276,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, answered), w.guard != nil)
 	}
 	if w.guard != nil {
-		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, answered)
+		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, circuit, answered)
 	}
 	decision := policy.Decide(res.Outcome(), t.Attempt, w.rnd)
 	if res.Category == retry.SSRFBlocked && !decision.Succeeded {
