@@ -112,9 +112,11 @@ func TestUnusedLeasedTokensGoBackWithTheNextRenewal(t *testing.T) {
 	require.Equal(t, time.Millisecond, wait)
 }
 
+// Each process makes more attempts than the burst, so that no process
+// stops with leased tokens it did not use.
 func TestProcessesLeasingOneBucketNeverOverGrant(t *testing.T) {
 	f := newFixture(t)
-	const processes, workers, attempts = 3, 4, 100
+	const processes, workers, attempts = 3, 4, 200
 	var grants atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, processes*workers)
