@@ -25,6 +25,8 @@ type Batcher[In, Out any] struct {
 	max     int
 	workers int
 	window  time.Duration
+	// urgent requests close the window of the batch they join (Urgent).
+	urgent func(In) bool
 	// collecting is held by the runner collecting a batch (with a window).
 	collecting chan struct{}
 	// stopped is closed when Run has returned: nothing takes requests any
@@ -55,6 +57,14 @@ func New[In, Out any](fn Func[In, Out], maxBatch, workers int) *Batcher[In, Out]
 // the others run the batches collected before. Call it before Run.
 func (b *Batcher[In, Out]) Window(d time.Duration) *Batcher[In, Out] {
 	b.window = d
+	return b
+}
+
+// Urgent makes a request for which urgent is true end the window of the
+// batch it joins: that batch runs at once, with whatever joined it before.
+// Call it before Run.
+func (b *Batcher[In, Out]) Urgent(urgent func(In) bool) *Batcher[In, Out] {
+	b.urgent = urgent
 	return b
 }
 
@@ -116,7 +126,7 @@ func (b *Batcher[In, Out]) loop(ctx context.Context) {
 		if b.window > 0 {
 			b.collecting <- struct{}{}
 		}
-		batch = Collect(ctx, b.in, batch[:0], b.max, b.window)
+		batch = CollectUntil(ctx, b.in, batch[:0], b.max, b.window, b.isUrgent)
 		if b.window > 0 {
 			<-b.collecting
 		}
@@ -127,12 +137,22 @@ func (b *Batcher[In, Out]) loop(ctx context.Context) {
 	}
 }
 
+func (b *Batcher[In, Out]) isUrgent(c *call[In, Out]) bool {
+	return b.urgent != nil && b.urgent(c.in)
+}
+
 // Collect appends to batch the next items of in, up to max: it waits for a
 // first item, then takes those waiting, or, with a window, those arriving
 // up to window after the first. Once ctx has ended it waits for nothing: it
 // takes what is waiting, and returns batch unchanged when nothing is (the
 // end of a drain).
 func Collect[T any](ctx context.Context, in <-chan T, batch []T, max int, window time.Duration) []T {
+	return CollectUntil(ctx, in, batch, max, window, nil)
+}
+
+// CollectUntil is Collect, except that the window ends as soon as an item
+// for which stop is true has been taken (stop may be nil).
+func CollectUntil[T any](ctx context.Context, in <-chan T, batch []T, max int, window time.Duration, stop func(T) bool) []T {
 	n := len(batch)
 	select {
 	case c := <-in:
@@ -144,6 +164,9 @@ func Collect[T any](ctx context.Context, in <-chan T, batch []T, max int, window
 		default:
 			return batch
 		}
+	}
+	if stop != nil && stop(batch[len(batch)-1]) {
+		window = 0
 	}
 	if window <= 0 || ctx.Err() != nil {
 		for len(batch)-n < max {
@@ -162,6 +185,9 @@ func Collect[T any](ctx context.Context, in <-chan T, batch []T, max int, window
 		select {
 		case c := <-in:
 			batch = append(batch, c)
+			if stop != nil && stop(c) {
+				return batch
+			}
 		case <-timer.C:
 			return batch
 		case <-ctx.Done():

@@ -235,3 +235,57 @@ func TestCollect(t *testing.T) {
 	}()
 	require.Equal(t, []int{9, 10}, Collect(ctx, in, nil, 2, time.Hour), "a window ends early when the batch is full")
 }
+
+// An urgent request ends the window of its batch: with a window of an hour,
+// the batch runs as soon as the urgent one joins it, with those before.
+func TestUrgentRequestEndsTheWindow(t *testing.T) {
+	t.Parallel()
+	var sizes []int
+	var mu sync.Mutex
+	b := New(func(_ context.Context, in []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(in))
+		mu.Unlock()
+		return in, nil
+	}, 100, 1).Window(time.Hour).Urgent(func(i int) bool { return i < 0 })
+	// Two requests queued before the batcher runs, then taken into its
+	// first batch.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			_, err := b.Do(context.Background(), i)
+			require.NoError(t, err)
+		})
+	}
+	require.Eventually(t, func() bool { return len(b.in) == 2 }, 5*time.Second, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
+
+	out, err := b.Do(context.Background(), -1)
+	require.NoError(t, err)
+	require.Equal(t, -1, out)
+	wg.Wait()
+	// Urgent as the first of its batch: it runs alone, at once.
+	_, err = b.Do(context.Background(), -2)
+	require.NoError(t, err)
+	mu.Lock()
+	require.Equal(t, []int{3, 1}, sizes)
+	mu.Unlock()
+	cancel()
+	<-done
+}
+
+func TestCollectUntil(t *testing.T) {
+	t.Parallel()
+	in := make(chan int, 10)
+	go func() {
+		in <- 1
+		in <- -1
+		in <- 2
+	}()
+	stop := func(i int) bool { return i < 0 }
+	require.Equal(t, []int{1, -1}, CollectUntil(context.Background(), in, nil, 10, time.Hour, stop))
+	require.Equal(t, []int{2}, CollectUntil(context.Background(), in, nil, 10, 0, stop))
+}

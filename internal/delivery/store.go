@@ -221,6 +221,8 @@ type attemptRecord struct {
 	// Park: the retry waits parked in Postgres (a backoff of
 	// schedule.ParkAfter or more), so no message is published for it.
 	Park bool
+	// Ordered: the delivery has an order key.
+	Ordered bool
 }
 
 // recordSQL moves a batch of deliveries and appends their attempts in one

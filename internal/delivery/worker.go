@@ -84,7 +84,7 @@ type Worker struct {
 func NewWorker(pool *pgxpool.Pool, sender *Sender, guard *Guard, pub publisher, log *slog.Logger) *Worker {
 	st := &store{pool: pool, hot: pool} // Serve gives hot a pool of its own
 	return &Worker{store: st, loads: batch.New(st.loadBatch, recordBatchSize, recordWorkers).Window(loadWindow),
-		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers).Window(recordWindow),
+		records: batch.New(st.recordBatch, recordBatchSize, recordWorkers).Window(recordWindow).Urgent(releasesNext),
 		parks: batch.New(func(ctx context.Context, ps []schedule.Parking) ([]bool, error) {
 			return schedule.Park(ctx, st.hot, ps)
 		}, recordBatchSize, recordWorkers).Window(recordWindow),
@@ -117,9 +117,11 @@ const (
 	// A load waits up to loadWindow for others to share its statement,
 	// and an attempt record (or a parking) up to recordWindow: the load
 	// is on the way to the endpoint, the record only holds the message's
-	// acknowledgement.
+	// acknowledgement (and a retry's publish, a few milliseconds against
+	// a backoff of a second or more). The record of an ordered delivery
+	// that lets the next one of its key go does not wait (releasesNext).
 	loadWindow   = time.Millisecond
-	recordWindow = 5 * time.Millisecond
+	recordWindow = 20 * time.Millisecond
 	// serveStopWithin bounds Serve's stop: longer than a consumer's grace
 	// for its handlers plus the flush of the batches.
 	serveStopWithin = 30 * time.Second
@@ -304,6 +306,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 			rec.Response.Error += " (" + decision.Reason + ")"
 		}
 	}
+	rec.Ordered = j.OrderKey != ""
 	recorded, err := w.records.Do(context.WithoutCancel(ctx), rec)
 	if err != nil {
 		return w.putBack(ctx, log, t, headers, "record", err)
@@ -324,6 +327,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		w.release(ctx, log, j.OrderKey)
 	}
 	return queue.Ack
+}
+
+// releasesNext reports whether recording r lets the next delivery of its
+// order key go: its key then waits for nothing but the record.
+func releasesNext(r attemptRecord) bool {
+	return r.Ordered && r.Status != wire.Retrying
 }
 
 // cancel ends a delivery that can no longer be made, and lets the next
