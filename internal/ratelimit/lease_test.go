@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,32 +116,16 @@ func TestUnusedLeasedTokensGoBackWithTheNextRenewal(t *testing.T) {
 func TestProcessesLeasingOneBucketNeverOverGrant(t *testing.T) {
 	f := newFixture(t)
 	const processes, workers, attempts = 3, 4, 200
-	var grants atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, processes*workers)
+	var takes []func() (bool, error)
 	for range processes {
 		l, _ := f.process()
-		for range workers {
-			wg.Go(func() {
-				for range attempts {
-					ok, _, err := l.TakePublish(f.ctx, t0, "tenant-1", 10, 500)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if ok {
-						grants.Add(1)
-					}
-				}
-			})
-		}
+		takes = append(takes, func() (bool, error) {
+			ok, _, err := l.TakePublish(f.ctx, t0, "tenant-1", 10, 500)
+			return ok, err
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.Equal(t, int64(500), grants.Load(), "the burst, all of it, and not one more")
+	grants := hammer(t, workers, attempts, takes...)
+	require.Equal(t, int64(500), grants, "the burst, all of it, and not one more")
 }
 
 func TestAChangedPublishLimitAppliesAtTheNextRenewal(t *testing.T) {

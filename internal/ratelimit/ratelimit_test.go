@@ -161,16 +161,16 @@ func TestConcurrentTakeNeverOverGrants(t *testing.T) {
 	t.Run("fixed clock", func(t *testing.T) {
 		f := newFixture(t)
 		b := Bucket{Key: "webhook:1", Limit: Limit{PerMinute: 600, Burst: 20}}
-		grants := hammer(t, f, workers, attempts, func() time.Time { return t0 }, b)
+		grants := hammer(t, workers, attempts, f.takeAt(func() time.Time { return t0 }, b))
 		require.Equal(t, int64(20), grants)
 	})
 	t.Run("advancing clock", func(t *testing.T) {
 		f := newFixture(t)
 		b := Bucket{Key: "webhook:1", Limit: Limit{PerMinute: 600, Burst: 20}} // one token each 100 ms
 		var clock atomic.Int64
-		grants := hammer(t, f, workers, attempts, func() time.Time {
+		grants := hammer(t, workers, attempts, f.takeAt(func() time.Time {
 			return t0.Add(time.Duration(clock.Add(5)) * time.Millisecond)
-		}, b)
+		}, b))
 		elapsed := time.Duration(clock.Load()-5) * time.Millisecond
 		most := int64(20 + elapsed/(100*time.Millisecond))
 		require.LessOrEqual(t, grants, most)
@@ -178,26 +178,28 @@ func TestConcurrentTakeNeverOverGrants(t *testing.T) {
 	})
 }
 
-// hammer runs workers goroutines making attempts Takes each at clock() and
-// returns how many were granted.
-func hammer(t *testing.T, f *fixture, workers, attempts int, clock func() time.Time, buckets ...Bucket) int64 {
+// hammer runs workers goroutines per take, each calling its take attempts
+// times, and returns how many calls were granted.
+func hammer(t *testing.T, workers, attempts int, takes ...func() (bool, error)) int64 {
 	t.Helper()
 	var grants atomic.Int64
-	errs := make(chan error, workers)
+	errs := make(chan error, workers*len(takes))
 	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for range attempts {
-				ok, _, err := f.l.Take(f.ctx, clock(), buckets...)
-				if err != nil {
-					errs <- err
-					return
+	for _, take := range takes {
+		for range workers {
+			wg.Go(func() {
+				for range attempts {
+					ok, err := take()
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						grants.Add(1)
+					}
 				}
-				if ok {
-					grants.Add(1)
-				}
-			}
-		})
+			})
+		}
 	}
 	wg.Wait()
 	close(errs)
@@ -205,6 +207,14 @@ func hammer(t *testing.T, f *fixture, workers, attempts int, clock func() time.T
 		require.NoError(t, err)
 	}
 	return grants.Load()
+}
+
+// takeAt is a Take of f's Limiter at clock().
+func (f *fixture) takeAt(clock func() time.Time, buckets ...Bucket) func() (bool, error) {
+	return func() (bool, error) {
+		ok, _, err := f.l.Take(f.ctx, clock(), buckets...)
+		return ok, err
+	}
 }
 
 func TestKeysHaveTTLs(t *testing.T) {
