@@ -113,17 +113,17 @@ func (s *lease) take(ctx context.Context, l *Limiter, now time.Time, b Bucket) (
 		s.tokens--
 		return true, 0, nil
 	}
-	back := 0
-	switch {
-	case !live && s.tokens > 0:
-		back, s.size = s.tokens, max(1, s.size/2)
-	case live:
-		s.size = min(s.size*2, leaseCap(b.Limit))
-	}
-	s.size = min(s.size, leaseCap(b.Limit))
 	if time.Since(s.failed) < renewPause {
 		return false, 0, errRenewalFailed
 	}
+	back := 0
+	switch {
+	case !live && s.tokens > 0:
+		back, s.size = s.tokens, s.size/2
+	case live:
+		s.size *= 2
+	}
+	s.size = max(1, min(s.size, leaseCap(b.Limit)))
 	s.tokens = 0
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
