@@ -44,7 +44,24 @@ type Guard struct {
 	successMu sync.Mutex
 	successes map[successKey]*successCount
 	counting  bool
+	// closed holds, by webhook, until when its circuit is taken as closed
+	// without asking Redis (see closedFor); swept is when expired entries
+	// were last removed.
+	closedMu sync.Mutex
+	closed   map[uuid.UUID]time.Time
+	swept    time.Time
 }
+
+// A circuit this worker found closed (the breaker's answer to a check or
+// to an outcome it recorded) is taken as closed for closedFor without
+// asking Redis again. Only another worker can open it meanwhile: this
+// worker records its own failures at once and learns the state from the
+// answer. So a circuit opened elsewhere is seen here within closedFor, or
+// at this worker's next failure or lease renewal, whichever comes first;
+// until then this worker may send the endpoint what it would have sent had
+// the circuit opened closedFor later. Open and half-open circuits are
+// always asked: probes are handed out by Redis alone.
+const closedFor = time.Second
 
 // Most outcomes are successes of deliveries let through a closed circuit.
 // Such an outcome cannot move the circuit (only failures open it, and
@@ -162,6 +179,45 @@ func (g *Guard) flushSuccesses(ctx context.Context) {
 	}
 }
 
+// knownClosed reports whether webhook's circuit was found closed less than
+// closedFor before now.
+func (g *Guard) knownClosed(webhook uuid.UUID, now time.Time) bool {
+	g.closedMu.Lock()
+	defer g.closedMu.Unlock()
+	return now.Before(g.closed[webhook])
+}
+
+// noteCircuit remembers the state of webhook's circuit the breaker
+// answered at now: closed is taken as closed until closedFor later; any
+// other state is asked again next time.
+func (g *Guard) noteCircuit(webhook uuid.UUID, state breaker.State, now time.Time) {
+	if state != breaker.Closed {
+		g.forgetCircuit(webhook)
+		return
+	}
+	g.closedMu.Lock()
+	defer g.closedMu.Unlock()
+	if g.closed == nil {
+		g.closed = map[uuid.UUID]time.Time{}
+	}
+	if now.Sub(g.swept) > time.Minute {
+		for k, until := range g.closed {
+			if !now.Before(until) {
+				delete(g.closed, k)
+			}
+		}
+		g.swept = now
+	}
+	g.closed[webhook] = now.Add(closedFor)
+}
+
+// forgetCircuit makes the next check of webhook's circuit ask Redis.
+func (g *Guard) forgetCircuit(webhook uuid.UUID) {
+	g.closedMu.Lock()
+	defer g.closedMu.Unlock()
+	delete(g.closed, webhook)
+}
+
 // pipeline runs the calls that queue puts on a pipeline; each call's
 // outcome (and error) is read from its own result.
 func (g *Guard) pipeline(ctx context.Context, queue func(redis.Pipeliner)) { g.pipes.Do(ctx, queue) }
@@ -199,30 +255,43 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 	}
 	forcedClosed := overridden && forced == breaker.Closed
 	// The breaker check and the slot reservation travel to Redis together,
-	// in one round trip; a slot reserved for an attempt the breaker
+	// in one round trip, and neither is needed for most deliveries: slots
+	// come from the worker's lease on the buckets (ratelimit.ReserveLeased),
+	// and a circuit this worker found closed a moment ago is taken as
+	// closed (see closedFor). A slot reserved for an attempt the breaker
 	// refuses is given back, so that an open circuit spends none.
 	var allow *breaker.AllowCall
 	var allowErr error
 	checkCircuit := j.Breaker.Enabled && !forcedClosed
-	buckets := bucketsOf(t, j)
-	var reserve *ratelimit.ReserveCall
-	var reserveErr error
-	if checkCircuit || (!reserved && len(buckets) > 0) {
-		g.pipeline(ctx, func(pipe redis.Pipeliner) {
-			if checkCircuit {
-				allow, allowErr = g.breaker.QueueAllow(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now)
-			}
-			if !reserved {
-				reserve, reserveErr = g.limits.QueueReserve(ctx, pipe, now, buckets...)
-			}
-		})
+	knownClosed := checkCircuit && g.knownClosed(t.WebhookID, now)
+	queueAllow := func(pipe redis.Pipeliner) {
+		allow, allowErr = g.breaker.QueueAllow(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now)
 	}
+	buckets := bucketsOf(t, j)
+	reserving := !reserved && len(buckets) > 0
 	slot := now // no bucket, or a slot already reserved: now
-	if reserve != nil {
-		slot, reserveErr = reserve.Result()
+	var reserveErr error
+	if reserving {
+		// A renewal of the lease asks about the circuit too, at no cost.
+		slot, _, reserveErr = g.limits.ReserveLeased(ctx, now, func(queue func(redis.Pipeliner)) {
+			g.pipeline(ctx, func(pipe redis.Pipeliner) {
+				queue(pipe)
+				if checkCircuit {
+					queueAllow(pipe)
+				}
+			})
+		}, buckets...)
+		if reserveErr != nil {
+			slot = now
+		}
+	}
+	if checkCircuit && !knownClosed && allow == nil && allowErr == nil {
+		g.pipeline(ctx, queueAllow)
 	}
 	cancel := func() {
-		if reserve != nil && reserveErr == nil {
+		// A leased slot goes back to the buckets too: kept in the lease,
+		// it would be lost if no other delivery came for it.
+		if reserving && reserveErr == nil {
 			if err := g.limits.CancelReservation(context.WithoutCancel(ctx), now, slot, buckets...); err != nil {
 				g.fallback(err)
 			}
@@ -231,13 +300,15 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 
 	probe := false
 	var state breaker.State
-	if allow != nil || allowErr != nil {
+	switch {
+	case allow != nil || allowErr != nil:
 		v, tr, err := breaker.Verdict{}, breaker.NoTransition, allowErr
 		if err == nil {
 			v, tr, err = allow.Result()
 		}
 		switch {
 		case err != nil:
+			g.forgetCircuit(t.WebhookID)
 			g.fallback(err)
 			if j.Circuit.Fallback(now) == breaker.Open {
 				cancel()
@@ -246,6 +317,7 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 		default:
 			metrics.RedisFallback.Set(0)
 			metrics.CircuitState.Set(t.WebhookID, circuitGauge(v.State), now)
+			g.noteCircuit(t.WebhookID, v.State, now)
 			g.transition(ctx, t, j, tr, now)
 			if !v.Allowed {
 				cancel()
@@ -253,6 +325,8 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 			}
 			probe, state = v.Probe, v.State
 		}
+	case knownClosed:
+		state = breaker.Closed
 	}
 	switch {
 	case reserveErr != nil:
@@ -304,9 +378,11 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 		state, tr, err = rec.Result()
 	}
 	if err != nil {
+		g.forgetCircuit(t.WebhookID)
 		g.fallback(err)
 		return
 	}
+	g.noteCircuit(t.WebhookID, state, now)
 	metrics.CircuitState.Set(t.WebhookID, circuitGauge(state), now)
 	g.transition(ctx, t, j, tr, now)
 }

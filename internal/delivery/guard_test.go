@@ -205,3 +205,70 @@ func TestSuccessesOfClosedCircuitsAreSentTogether(t *testing.T) {
 	require.Equal(t, 5, snapshot().Successes)
 	require.False(t, f.guard.countSuccess(f.task.WebhookID, breakerConfig(f.job), time.Now()), "no counting without Run")
 }
+
+// openCircuit opens the fixture's circuit in Redis, as another worker's
+// failures would, with a sleep window of a minute from now.
+func (f *guardFixture) openCircuit(t *testing.T, now time.Time) {
+	t.Helper()
+	state := f.prefix + "breaker:{" + f.task.WebhookID.String() + "}:state"
+	require.NoError(t, f.rdb.HSet(f.ctx, state, "state", "open", "opened_at", now.UnixMilli(), "sleep_ms", 60_000).Err())
+}
+
+// Slots come from the worker's lease, and each renewal of the lease checks
+// the circuit in the same round trip: 100 deliveries need 7 round trips
+// (leases of 1, 2, 4, 8, 16, 32 and 64 slots).
+func TestGuardLeasesSlotsAndChecksTheCircuitWithTheRenewal(t *testing.T) {
+	f := newGuardFixture(t)
+	counter := &redistest.Counter{}
+	f.rdb.AddHook(counter)
+	f.job.RateLimit = webhook.RateLimit{RequestsPerMinute: 60_000, Burst: 1000}
+	now := time.UnixMilli(1_700_000_000_000)
+	for i := range 100 {
+		adm := f.admit(now)
+		require.True(t, adm.allowed, "delivery %d", i+1)
+		require.Equal(t, breaker.Closed, adm.state)
+	}
+	require.Equal(t, int64(7), counter.Pipelines())
+	require.Equal(t, int64(14), counter.Scripts(), "a lease and a circuit check per round trip")
+}
+
+// A circuit found closed is taken as closed for closedFor: a circuit that
+// another worker opened meanwhile is seen once that has passed. An open
+// circuit is asked about every time.
+func TestGuardTakesACircuitFoundClosedAsClosedForAMoment(t *testing.T) {
+	f := newGuardFixture(t)
+	f.job.RateLimit = webhook.RateLimit{}
+	counter := &redistest.Counter{}
+	f.rdb.AddHook(counter)
+	now := time.UnixMilli(1_700_000_000_000)
+	require.True(t, f.admit(now).allowed)
+	require.Equal(t, int64(1), counter.Scripts())
+	f.openCircuit(t, now)
+
+	adm := f.admit(now.Add(closedFor - time.Millisecond))
+	require.True(t, adm.allowed)
+	require.Equal(t, breaker.Closed, adm.state)
+	require.Equal(t, int64(1), counter.Scripts(), "not asked")
+
+	for i := range 2 {
+		adm = f.admit(now.Add(closedFor))
+		require.False(t, adm.allowed)
+		require.Equal(t, schedule.CircuitOpen, adm.reason)
+		require.Equal(t, int64(2+i), counter.Scripts(), "asked")
+	}
+}
+
+// This worker's own failure returns the circuit's state: a circuit opened
+// elsewhere is seen at once, without waiting for closedFor.
+func TestGuardLearnsTheCircuitFromItsOwnFailures(t *testing.T) {
+	f := newGuardFixture(t)
+	f.job.RateLimit = webhook.RateLimit{}
+	now := time.UnixMilli(1_700_000_000_000)
+	adm := f.admit(now)
+	require.True(t, adm.allowed)
+	f.openCircuit(t, now)
+	f.guard.observe(f.ctx, f.task, f.job, Response{StatusCode: 500, Category: retry.ServerError}, false, adm.state, now)
+	adm = f.admit(now)
+	require.False(t, adm.allowed)
+	require.Equal(t, schedule.CircuitOpen, adm.reason)
+}

@@ -45,12 +45,14 @@ const (
 // renewal failed.
 var errRenewalFailed = errors.New("rate limit lease: Redis did not answer just before")
 
-// lease is one process's lease on one publish bucket.
+// lease is one process's lease on one publish bucket, or on the slots of
+// one set of reservation buckets (reserve_lease.go).
 type lease struct {
 	// mu is held while the lease is renewed, so that one round trip
 	// serves the requests that arrive meanwhile.
-	mu      sync.Mutex
-	limit   Limit
+	mu sync.Mutex
+	// limits are the limits the lease was renewed under.
+	limits  string
 	tokens  int
 	expires time.Time
 	// size is how many tokens the next renewal asks for.
@@ -61,11 +63,16 @@ type lease struct {
 }
 
 func (l *Limiter) publishLease(now time.Time, tenantID string) *lease {
+	return l.leaseOf(now, &l.leases, tenantID)
+}
+
+// leaseOf returns the lease of key in leases, a new one if there is none.
+func (l *Limiter) leaseOf(now time.Time, leases *sync.Map, key string) *lease {
 	l.sweepLeases(now)
-	if v, ok := l.leases.Load(tenantID); ok {
+	if v, ok := leases.Load(key); ok {
 		return v.(*lease)
 	}
-	v, _ := l.leases.LoadOrStore(tenantID, &lease{size: 1})
+	v, _ := leases.LoadOrStore(key, &lease{size: 1})
 	return v.(*lease)
 }
 
@@ -82,16 +89,18 @@ func (l *Limiter) sweepLeases(now time.Time) {
 	if now.UnixNano()-last < int64(leaseIdle) || !l.swept.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	l.leases.Range(func(key, v any) bool {
-		s := v.(*lease)
-		if s.mu.TryLock() {
-			if now.Sub(s.expires) > leaseIdle {
-				l.leases.Delete(key)
+	for _, leases := range []*sync.Map{&l.leases, &l.slotLeases} {
+		leases.Range(func(key, v any) bool {
+			s := v.(*lease)
+			if s.mu.TryLock() {
+				if now.Sub(s.expires) > leaseIdle {
+					leases.Delete(key)
+				}
+				s.mu.Unlock()
 			}
-			s.mu.Unlock()
-		}
-		return true
-	})
+			return true
+		})
+	}
 }
 
 // leaseCap is the largest lease of a bucket with limit.
@@ -99,22 +108,26 @@ func leaseCap(limit Limit) int {
 	return max(1, min(leaseMax, limit.Burst/10))
 }
 
-// take hands out a leased token, or renews the lease from b's bucket.
-func (s *lease) take(ctx context.Context, l *Limiter, now time.Time, b Bucket) (ok bool, wait time.Duration, err error) {
+// take hands out a leased token, or renews the lease with renew, which
+// gives back back unused tokens and asks for up to want: it returns how
+// many it got (zero: refused, and the refusal's details are renew's to
+// keep). limits names the limits the lease is taken under (a change
+// starts the lease over) and cap is the largest lease they allow.
+func (s *lease) take(now time.Time, limits string, cap int, renew func(want, back int) (int, error)) (ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.limit != b.Limit {
+	if s.limits != limits {
 		// A changed limit starts over; tokens leased under the old one
 		// are used up first when still good.
-		s.limit, s.size = b.Limit, 1
+		s.limits, s.size = limits, 1
 	}
 	live := now.Before(s.expires)
 	if live && s.tokens > 0 {
 		s.tokens--
-		return true, 0, nil
+		return true, nil
 	}
 	if time.Since(s.failed) < renewPause {
-		return false, 0, errRenewalFailed
+		return false, errRenewalFailed
 	}
 	back := 0
 	switch {
@@ -123,20 +136,41 @@ func (s *lease) take(ctx context.Context, l *Limiter, now time.Time, b Bucket) (
 	case live:
 		s.size *= 2
 	}
-	s.size = max(1, min(s.size, leaseCap(b.Limit)))
+	s.size = max(1, min(s.size, cap))
 	s.tokens = 0
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	defer cancel()
-	got, wait, err := l.renew(ctx, now, b, s.size, back)
+	got, err := renew(s.size, back)
 	if err != nil {
 		s.failed = time.Now()
-		return false, 0, err
+		return false, err
 	}
 	if got == 0 {
-		return false, wait, nil
+		return false, nil
 	}
 	s.tokens, s.expires = got-1, now.Add(leaseTTL)
-	return true, 0, nil
+	return true, nil
+}
+
+// takePublish hands out a token of publish bucket b.
+func (s *lease) takePublish(ctx context.Context, l *Limiter, now time.Time, b Bucket) (ok bool, wait time.Duration, err error) {
+	ok, err = s.take(now, limitsOf(b), leaseCap(b.Limit), func(want, back int) (got int, err error) {
+		ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+		defer cancel()
+		got, wait, err = l.renew(ctx, now, b, want, back)
+		return got, err
+	})
+	return ok, wait, err
+}
+
+// limitsOf names the limits of buckets, to tell when they change.
+func limitsOf(buckets ...Bucket) string {
+	var b []byte
+	for _, k := range buckets {
+		b = strconv.AppendInt(b, int64(k.Limit.PerMinute), 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(k.Limit.Burst), 10)
+		b = append(b, ' ')
+	}
+	return string(b)
 }
 
 // renew gives back tokens to b's bucket, then takes up to want of its

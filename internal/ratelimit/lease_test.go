@@ -2,43 +2,22 @@ package ratelimit
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hookline/hookline/internal/redisbatch"
+	"github.com/hookline/hookline/internal/redistest"
 )
-
-// scriptCounter counts the scripts a client runs in Redis (a script sent by
-// its digest that Redis did not hold yet is sent again with its text, and
-// counted once).
-type scriptCounter struct{ n atomic.Int64 }
-
-func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && !redisbatch.IsNoScript(err) {
-			c.n.Add(1)
-		}
-		return err
-	}
-}
-
-func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 
 // process is another api process on f's Redis: a Limiter of its own,
 // counting its commands.
-func (f *fixture) process() (*Limiter, *scriptCounter) {
+func (f *fixture) process() (*Limiter, *redistest.Counter) {
 	f.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: f.rdb.Options().Addr})
 	f.t.Cleanup(func() { _ = rdb.Close() })
-	counter := &scriptCounter{}
+	counter := &redistest.Counter{}
 	rdb.AddHook(counter)
 	return New(rdb, f.prefix), counter
 }
@@ -67,7 +46,7 @@ func TestPublishLeasesGrantTheBurstInFewRoundTrips(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, wait, "the bucket's own wait for a token")
 	// Leases of 1, 2, 4, 8 and then 10 (a tenth of the burst), the last
 	// one cut to the 5 tokens left; then the refusal.
-	require.Equal(t, int64(14), counter.n.Load())
+	require.Equal(t, int64(14), counter.Scripts())
 	// Nothing is left for anyone else.
 	f.requireRefused(100*time.Millisecond, t0, publishBucket(10, 100))
 }
@@ -82,7 +61,7 @@ func TestSmallBurstsAreAskedAtEveryPublish(t *testing.T) {
 	ok, wait := f.takePublish(l, t0, 1, 9)
 	require.False(t, ok)
 	require.Equal(t, time.Second, wait)
-	require.Equal(t, int64(10), counter.n.Load())
+	require.Equal(t, int64(10), counter.Scripts())
 }
 
 func TestUnusedLeasedTokensGoBackWithTheNextRenewal(t *testing.T) {
@@ -135,31 +114,31 @@ func TestAChangedPublishLimitAppliesAtTheNextRenewal(t *testing.T) {
 		ok, _ := f.takePublish(l, t0, 10, 1000) // leases of 1, 2, 4, 8, 16
 		require.True(t, ok)
 	}
-	before := counter.n.Load()
+	before := counter.Scripts()
 	// The limit falls to a burst of 5: the lease left (1 token) is used,
 	// then each publish asks the bucket again.
 	ok, _ := f.takePublish(l, t0, 10, 5)
 	require.True(t, ok)
-	require.Equal(t, before, counter.n.Load())
+	require.Equal(t, before, counter.Scripts())
 	ok, _ = f.takePublish(l, t0, 10, 5)
 	require.True(t, ok)
-	require.Equal(t, before+1, counter.n.Load())
+	require.Equal(t, before+1, counter.Scripts())
 }
 
 func TestARenewalThatFailedIsNotTriedAgainAtOnce(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	counter := &scriptCounter{}
+	counter := &redistest.Counter{}
 	rdb.AddHook(counter)
 	l := New(rdb, "unreachable:")
 	_, _, err := l.TakePublish(context.Background(), t0, "tenant-1", 10, 100)
 	require.Error(t, err)
-	sent := counter.n.Load()
+	sent := counter.Scripts()
 	require.Positive(t, sent)
 	_, _, err = l.TakePublish(context.Background(), t0, "tenant-1", 10, 100)
 	require.ErrorIs(t, err, errRenewalFailed)
-	require.Equal(t, sent, counter.n.Load(), "Redis was not asked again")
+	require.Equal(t, sent, counter.Scripts(), "Redis was not asked again")
 }
 
 func TestLeasesOfQuietTenantsAreForgotten(t *testing.T) {

@@ -93,7 +93,7 @@ const publishTimeout = 100 * time.Millisecond
 // Tokens come from the process's lease on the bucket when it holds one
 // (see lease.go), so that most publishes need no Redis round trip.
 func (l *Limiter) TakePublish(ctx context.Context, now time.Time, tenantID string, rps, burst int) (ok bool, wait time.Duration, err error) {
-	return l.publishLease(now, tenantID).take(ctx, l, now, Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)})
+	return l.publishLease(now, tenantID).takePublish(ctx, l, now, Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)})
 }
 
 // Bucket names one token bucket and its limit.
@@ -111,9 +111,11 @@ type Limiter struct {
 	rdb    *redis.Client
 	prefix string
 	// leases are the publish buckets' leases of this process, by tenant;
+	// slotLeases its leases on reservation slots, by set of buckets;
 	// swept is when they were last swept (unix ns).
-	leases sync.Map
-	swept  atomic.Int64
+	leases     sync.Map
+	slotLeases sync.Map
+	swept      atomic.Int64
 }
 
 // New returns a Limiter keeping its buckets in rdb under keys that start

@@ -3,7 +3,6 @@ package redisbatch
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,26 +12,12 @@ import (
 	"github.com/hookline/hookline/internal/redistest"
 )
 
-// pipelineCounter counts the pipelines a client sends.
-type pipelineCounter struct{ n atomic.Int64 }
-
-func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-func newClient(t *testing.T) (*redis.Client, *pipelineCounter, string) {
+func newClient(t *testing.T) (*redis.Client, *redistest.Counter, string) {
 	t.Helper()
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	counter := &pipelineCounter{}
+	counter := &redistest.Counter{}
 	rdb.AddHook(counter)
 	key := redistest.Prefix(t) + "counter"
 	t.Cleanup(func() { rdb.Del(context.Background(), key) })
@@ -49,10 +34,10 @@ func TestWithoutRunEachCallerSendsItsOwnPipeline(t *testing.T) {
 	rdb, counter, key := newClient(t)
 	p := New(rdb, 0)
 	require.Equal(t, int64(1), incr(p, key)) // the connection's own setup is a pipeline too
-	before := counter.n.Load()
+	before := counter.Pipelines()
 	require.Equal(t, int64(2), incr(p, key))
 	require.Equal(t, int64(3), incr(p, key))
-	require.Equal(t, int64(2), counter.n.Load()-before)
+	require.Equal(t, int64(2), counter.Pipelines()-before)
 }
 
 // Callers arriving while both runners are busy wait, and then share
@@ -85,7 +70,7 @@ func TestCallersWaitingTogetherShareAPipeline(t *testing.T) {
 		go func() { defer wg.Done(); got[i] = incr(p, key) }()
 	}
 	require.Eventually(t, func() bool { return p.pipes.Waiting() == callers }, 5*time.Second, time.Millisecond)
-	before := counter.n.Load()
+	before := counter.Pipelines()
 	close(release)
 	wg.Wait()
 	held.Wait()
@@ -99,7 +84,7 @@ func TestCallersWaitingTogetherShareAPipeline(t *testing.T) {
 	// Counted since the fifty were waiting: the held pipelines, at most
 	// one pipeline per runner for the fifty, and the setup of a new
 	// connection per runner; not one per caller.
-	require.LessOrEqual(t, counter.n.Load()-before, int64(3*runners))
+	require.LessOrEqual(t, counter.Pipelines()-before, int64(3*runners))
 	cancel()
 	<-done
 	require.False(t, p.Running())

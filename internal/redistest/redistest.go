@@ -6,7 +6,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -50,4 +52,67 @@ func DeleteKeys(ctx context.Context, rdb *redis.Client, prefix string) (int, err
 		return 0, nil
 	}
 	return len(keys), rdb.Del(ctx, keys...).Err()
+}
+
+// Counter is a client hook (redis.Client.AddHook) counting what the client
+// sends: pipelines (not those that set up a new connection), and the Lua
+// scripts that ran, in pipelines or not (a script sent by its digest that
+// Redis did not hold yet is sent again with its text, and counted once).
+type Counter struct{ pipelines, scripts atomic.Int64 }
+
+// Pipelines is the number of pipelines sent.
+func (c *Counter) Pipelines() int64 { return c.pipelines.Load() }
+
+// Scripts is the number of scripts run.
+func (c *Counter) Scripts() int64 { return c.scripts.Load() }
+
+// DialHook implements redis.Hook.
+func (c *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (c *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		// The client sets cmd's error only after its hooks have run.
+		c.count(cmd, err)
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !connectionSetup(cmds) {
+			c.pipelines.Add(1)
+		}
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			c.count(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+func (c *Counter) count(cmd redis.Cmder, err error) {
+	if name := cmd.Name(); (name == "evalsha" || name == "eval") && !isNoScript(err) {
+		c.scripts.Add(1)
+	}
+}
+
+// isNoScript: as redisbatch.IsNoScript (which imports nothing of tests).
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// connectionSetup reports whether cmds are the commands go-redis sends, as
+// a pipeline, on a new connection.
+func connectionSetup(cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		switch cmd.Name() {
+		case "hello", "client", "auth", "select":
+		default:
+			return false
+		}
+	}
+	return true
 }
