@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -177,6 +178,9 @@ func (g *Guard) flushSuccesses(ctx context.Context) {
 			return
 		}
 	}
+	if len(calls) > 0 {
+		g.redisAnswered()
+	}
 }
 
 // knownClosed reports whether webhook's circuit was found closed less than
@@ -273,7 +277,9 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 	var reserveErr error
 	if reserving {
 		// A renewal of the lease asks about the circuit too, at no cost.
+		renewed := false
 		slot, _, reserveErr = g.limits.ReserveLeased(ctx, now, func(queue func(redis.Pipeliner)) {
+			renewed = true
 			g.pipeline(ctx, func(pipe redis.Pipeliner) {
 				queue(pipe)
 				if checkCircuit {
@@ -281,8 +287,11 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 				}
 			})
 		}, buckets...)
-		if reserveErr != nil {
+		switch {
+		case reserveErr != nil:
 			slot = now
+		case renewed:
+			g.redisAnswered()
 		}
 	}
 	if checkCircuit && !knownClosed && allow == nil && allowErr == nil {
@@ -315,7 +324,7 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 				return admission{until: now.Add(halfOpenNoProbe), reason: schedule.CircuitOpen}
 			}
 		default:
-			metrics.RedisFallback.Set(0)
+			g.redisAnswered()
 			metrics.CircuitState.Set(t.WebhookID, circuitGauge(v.State), now)
 			g.noteCircuit(t.WebhookID, v.State, now)
 			g.transition(ctx, t, j, tr, now)
@@ -329,6 +338,8 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 		state = breaker.Closed
 	}
 	switch {
+	case errors.Is(reserveErr, ratelimit.ErrLeasePaused):
+		// Failing open; the failure that paused the lease was reported.
 	case reserveErr != nil:
 		g.fallback(reserveErr)
 	case slot.Sub(now) > reservedSlack:
@@ -382,6 +393,7 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 		g.fallback(err)
 		return
 	}
+	g.redisAnswered()
 	g.noteCircuit(t.WebhookID, state, now)
 	metrics.CircuitState.Set(t.WebhookID, circuitGauge(state), now)
 	g.transition(ctx, t, j, tr, now)
@@ -510,6 +522,11 @@ func (g *Guard) recordOwnerEvent(ctx context.Context, t wire.Task, j job, tr bre
 		g.log.WarnContext(ctx, "owner notification not recorded", "webhook_id", t.WebhookID.String(), "event_type", eventType, "error", err)
 	}
 }
+
+// redisAnswered ends the fallback, if it was on: Redis answered a circuit
+// check, an outcome's record, a lease renewal or a flush of successes. Any
+// call that fails turns it on (fallback), so it follows the latest of them.
+func (g *Guard) redisAnswered() { metrics.RedisFallback.Set(0) }
 
 func (g *Guard) fallback(err error) {
 	metrics.RedisFallback.Set(1)

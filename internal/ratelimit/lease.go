@@ -41,9 +41,10 @@ const (
 	renewPause = time.Second
 )
 
-// errRenewalFailed answers the requests that arrive just after a lease's
-// renewal failed.
-var errRenewalFailed = errors.New("rate limit lease: Redis did not answer just before")
+// ErrLeasePaused answers the requests that arrive just after a lease's
+// renewal failed (their callers fail open): the failure itself was
+// returned to the request that met it.
+var ErrLeasePaused = errors.New("rate limit lease: Redis did not answer just before")
 
 // lease is one process's lease on one publish bucket, or on the slots of
 // one set of reservation buckets (reserve_lease.go).
@@ -127,7 +128,7 @@ func (s *lease) take(now time.Time, limits string, cap int, renew func(want, bac
 		return true, nil
 	}
 	if time.Since(s.failed) < renewPause {
-		return false, errRenewalFailed
+		return false, ErrLeasePaused
 	}
 	back := 0
 	switch {

@@ -137,7 +137,7 @@ func TestARenewalThatFailedIsNotTriedAgainAtOnce(t *testing.T) {
 	sent := counter.Scripts()
 	require.Positive(t, sent)
 	_, _, err = l.TakePublish(context.Background(), t0, "tenant-1", 10, 100)
-	require.ErrorIs(t, err, errRenewalFailed)
+	require.ErrorIs(t, err, ErrLeasePaused)
 	require.Equal(t, sent, counter.Scripts(), "Redis was not asked again")
 }
 
