@@ -5,13 +5,16 @@
 // previous ones run. Without a window a batch at low load is one request
 // and nothing waits; with one (Window), one runner at a time collects a
 // batch for up to that long after its first request, so that batches
-// fill at moderate load too, at the cost of that wait.
+// fill at moderate load too, at the cost of that wait. With Sparse, the
+// window applies only while requests come close enough together for a
+// batch to find company in it.
 package batch
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -27,6 +30,8 @@ type Batcher[In, Out any] struct {
 	window  time.Duration
 	// urgent requests close the window of the batch they join (Urgent).
 	urgent func(In) bool
+	// pace is the mean interval between requests, with Sparse.
+	pace *pace
 	// collecting is held by the runner collecting a batch (with a window).
 	collecting chan struct{}
 	// stopped is closed when Run has returned: nothing takes requests any
@@ -68,6 +73,54 @@ func (b *Batcher[In, Out]) Urgent(urgent func(In) bool) *Batcher[In, Out] {
 	return b
 }
 
+// Sparse makes a batch skip its window when requests have been coming at
+// least gap apart on average (an exponentially weighted mean of the
+// intervals between them, each counted as at most 4 gap): waiting would
+// seldom find company then, and each request would only be later. A batch
+// whose first request comes while they are closer together waits the
+// window. A new batcher starts as if requests were sparse. Call it before
+// Run.
+func (b *Batcher[In, Out]) Sparse(gap time.Duration) *Batcher[In, Out] {
+	b.pace = newPace(gap, time.Now)
+	return b
+}
+
+// pace follows the intervals between requests.
+type pace struct {
+	gap time.Duration
+	now func() time.Time
+
+	mu   sync.Mutex
+	last time.Time
+	mean time.Duration
+}
+
+// paceWeight is the weight of the newest interval in the mean: 1/8.
+const paceWeight = 8
+
+func newPace(gap time.Duration, now func() time.Time) *pace {
+	return &pace{gap: gap, now: now, mean: 4 * gap}
+}
+
+// arrive counts a request that came now.
+func (p *pace) arrive() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	if !p.last.IsZero() {
+		d := min(max(now.Sub(p.last), 0), 4*p.gap)
+		p.mean += (d - p.mean) / paceWeight
+	}
+	p.last = now
+}
+
+// sparse reports whether requests come gap or more apart on average.
+func (p *pace) sparse() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mean >= p.gap
+}
+
 // Waiting is the number of requests queued and not yet taken into a batch.
 func (b *Batcher[In, Out]) Waiting() int { return len(b.in) }
 
@@ -76,6 +129,9 @@ func (b *Batcher[In, Out]) Waiting() int { return len(b.in) }
 // (and the request does not run).
 func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := &call[In, Out]{in: in, done: make(chan struct{})}
+	if b.pace != nil {
+		b.pace.arrive()
+	}
 	var zero Out
 	select {
 	case b.in <- c:
@@ -137,8 +193,10 @@ func (b *Batcher[In, Out]) loop(ctx context.Context) {
 	}
 }
 
+// isUrgent reports whether c ends its batch's window: an urgent request,
+// or any while requests are sparse (Sparse).
 func (b *Batcher[In, Out]) isUrgent(c *call[In, Out]) bool {
-	return b.urgent != nil && b.urgent(c.in)
+	return (b.urgent != nil && b.urgent(c.in)) || (b.pace != nil && b.pace.sparse())
 }
 
 // Collect appends to batch the next items of in, up to max: it waits for a

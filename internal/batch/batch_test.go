@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,4 +289,101 @@ func TestCollectUntil(t *testing.T) {
 	stop := func(i int) bool { return i < 0 }
 	require.Equal(t, []int{1, -1}, CollectUntil(context.Background(), in, nil, 10, time.Hour, stop))
 	require.Equal(t, []int{2}, CollectUntil(context.Background(), in, nil, 10, 0, stop))
+}
+
+// pacedBatcher is a batcher of at most 3 requests with a window of an hour
+// that skips it while requests come a millisecond apart or more, on a
+// clock that moves step at each request; sizes are its batches'.
+func pacedBatcher(step *time.Duration) (*Batcher[int, int], func() []int) {
+	var mu sync.Mutex
+	var sizes []int
+	b := New(func(_ context.Context, in []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(in))
+		mu.Unlock()
+		return in, nil
+	}, 3, 2).Window(time.Hour)
+	clock := time.Unix(0, 0)
+	b.pace = newPace(time.Millisecond, func() time.Time {
+		clock = clock.Add(*step)
+		return clock
+	})
+	return b, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
+	}
+}
+
+// Requests 5 ms apart (counted as 4) are sparse from the start: each runs
+// at once, alone, although the window is an hour.
+func TestSparseRequestsSkipTheWindow(t *testing.T) {
+	t.Parallel()
+	step := 5 * time.Millisecond
+	b, sizes := pacedBatcher(&step)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	for i := range 20 {
+		out, err := b.Do(context.Background(), i)
+		require.NoError(t, err)
+		require.Equal(t, i, out)
+	}
+	require.Equal(t, slices.Repeat([]int{1}, 20), sizes())
+	cancel()
+	<-done
+}
+
+// A new batcher takes requests as sparse; requests coming together bring
+// the mean interval below the gap at the 12th (4 ms x (7/8)^11), and then
+// a batch waits its window: three sent one after another run as one.
+func TestRequestsComingTogetherWaitTheWindow(t *testing.T) {
+	t.Parallel()
+	step := time.Duration(0)
+	b, sizes := pacedBatcher(&step)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	for i := range 11 {
+		_, err := b.Do(context.Background(), i)
+		require.NoError(t, err)
+	}
+	require.Equal(t, slices.Repeat([]int{1}, 11), sizes(), "sparse so far")
+
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			_, err := b.Do(context.Background(), i)
+			require.NoError(t, err)
+		})
+		// The next request is sent only once this one was taken.
+		require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
+	}
+	wg.Wait()
+	require.Equal(t, append(slices.Repeat([]int{1}, 11), 3), sizes())
+	cancel()
+	<-done
+}
+
+// The mean interval follows the requests, each interval counted as at
+// most four times the gap.
+func TestPaceMean(t *testing.T) {
+	t.Parallel()
+	step := 100 * time.Millisecond
+	clock := time.Unix(0, 0)
+	p := newPace(time.Millisecond, func() time.Time { clock = clock.Add(step); return clock })
+	require.True(t, p.sparse(), "a new pace is sparse")
+	for range 5 {
+		p.arrive()
+	}
+	require.Equal(t, 4*time.Millisecond, p.mean, "long intervals count as 4 gaps")
+	step = 0
+	p.arrive()
+	require.Equal(t, 3500*time.Microsecond, p.mean, "an eighth of the way to the new interval")
+	for range 9 {
+		p.arrive()
+	}
+	require.True(t, p.sparse(), "4 ms x (7/8)^10 = 1.05 ms")
+	p.arrive()
+	require.False(t, p.sparse(), "4 ms x (7/8)^11 = 0.92 ms")
 }

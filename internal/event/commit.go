@@ -50,11 +50,16 @@ const (
 	// commitWindow is how long a commit waits for other events to share
 	// it: fewer, larger commits, each a fraction of a millisecond later.
 	commitWindow = 2 * time.Millisecond
+	// commitSparse: while publishes come this far apart or more on
+	// average (under about 670 a second), a commit does not wait: the
+	// window would seldom find a second event, and every publish would be
+	// answered up to commitWindow later for it.
+	commitSparse = commitWindow * 3 / 4
 )
 
 func newCommitter(pool *pgxpool.Pool) *committer {
 	c := &committer{pool: pool}
-	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers).Window(commitWindow)
+	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers).Window(commitWindow).Sparse(commitSparse)
 	return c
 }
 
