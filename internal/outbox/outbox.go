@@ -46,6 +46,12 @@ type Dispatcher struct {
 	// healthy is false while publishing fails (or the dispatcher is not
 	// running): Enqueue then never waits.
 	healthy atomic.Bool
+	// window is how long a batch waits for company (batchWindow); one
+	// loop at a time collects (it holds collecting), so that deliveries
+	// committed a moment apart share a publish instead of going to
+	// different loops one by one.
+	window     time.Duration
+	collecting chan struct{}
 }
 
 // dispatchBuffer bounds the deliveries waiting in memory. Small enough
@@ -58,7 +64,8 @@ const enqueueWait = time.Second
 
 // NewDispatcher returns a dispatcher; Run starts it.
 func NewDispatcher(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan wire.Task, dispatchBuffer), workers: 4}
+	return &Dispatcher{pool: pool, pub: pub, log: log, in: make(chan wire.Task, dispatchBuffer), workers: 4,
+		window: batchWindow, collecting: make(chan struct{}, 1)}
 }
 
 // Enqueue hands committed deliveries over for publishing.
@@ -149,7 +156,9 @@ type confirmed struct {
 func (d *Dispatcher) loop(ctx, drainCtx context.Context, marks chan<- confirmed) {
 	tasks := make([]wire.Task, 0, maxBatch)
 	for {
-		tasks = batch.Collect(ctx, d.in, tasks[:0], maxBatch, batchWindow)
+		d.collecting <- struct{}{}
+		tasks = batch.Collect(ctx, d.in, tasks[:0], maxBatch, d.window)
+		<-d.collecting
 		if len(tasks) == 0 || drainCtx.Err() != nil {
 			return
 		}

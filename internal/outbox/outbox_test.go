@@ -166,10 +166,12 @@ func TestMarkEnqueuedCoversRowsItsTransactionHolds(t *testing.T) {
 	require.True(t, enqueued(t, pool, ids[1]))
 }
 
-// fakePublisher confirms every message at once and remembers their ids.
+// fakePublisher confirms every message at once and remembers their ids
+// and how many each call published.
 type fakePublisher struct {
-	mu  sync.Mutex
-	ids []string
+	mu    sync.Mutex
+	ids   []string
+	calls []int
 }
 
 func (p *fakePublisher) Publish(_ context.Context, msgs ...queue.Message) error {
@@ -178,6 +180,7 @@ func (p *fakePublisher) Publish(_ context.Context, msgs ...queue.Message) error 
 	for _, m := range msgs {
 		p.ids = append(p.ids, m.ID)
 	}
+	p.calls = append(p.calls, len(msgs))
 	return nil
 }
 
@@ -216,6 +219,31 @@ func TestDispatcherMarksAfterItsDelay(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	require.True(t, enqueued(t, pool, ids[2]), "marked at shutdown")
+}
+
+// Deliveries committed one after another, while a batch waits for
+// company, share its publish: the dispatcher's other loops take none of
+// them meanwhile.
+func TestDispatcherBatchesDeliveriesArrivingOneAfterAnother(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ids := seedDeliveries(t, pool, 3)
+	pub := &fakePublisher{}
+	d := NewDispatcher(pool, pub, slog.New(slog.DiscardHandler))
+	d.window = time.Hour // the batch ends when Run is stopped
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for _, id := range ids {
+		d.Enqueue(wire.Task{DeliveryID: id, Attempt: 1})
+		// The next one is enqueued only once this one was taken.
+		require.Eventually(t, func() bool { return len(d.in) == 0 }, 5*time.Second, time.Millisecond)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	require.Equal(t, []int{3}, pub.calls)
 }
 
 // Confirmed batches falling due within markGather of each other are
