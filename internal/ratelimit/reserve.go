@@ -149,32 +149,40 @@ local function save(key, tat, now, margin)
   if tat[2] > 0 then left = left + 1 end
   redis.call('PEXPIRE', key, math.max(left, 0) + margin)
 end
+-- reserve gives one request its slot in the buckets keys, whose tats and
+-- bursts are given: the latest time at which each allows it, never before
+-- now; each tat becomes max(tat, slot) + interval. Returns the slot in
+-- unix ms, rounded up to a whole millisecond; tats keep the exact slot so
+-- that the rounding never accumulates.
+local function reserve(keys, tats, bursts, now, margin)
+  local slot = {now, 0, 1}
+  for i = 1, #keys do
+    local allowed = add(tats[i], -(bursts[i] - 1) * EI)
+    if before(slot, allowed) then slot = allowed end
+  end
+  for i, key in ipairs(keys) do
+    local tat = tats[i]
+    if before(tat, slot) then tat = rescale(slot, tat[3]) end
+    save(key, add(tat, EI), now, margin)
+  end
+  if slot[2] > 0 then return slot[1] + 1 end
+  return slot[1]
+end
 `
 
 // reserveScript: KEYS = the buckets. ARGV = now_ms, ttl_margin_ms, then per
 // bucket per_minute, burst. A bucket allows its next request at
 // tat - (burst-1) interval, never before now; the slot is the latest of
-// these, and each bucket's tat becomes max(tat, slot) + interval. Returns
-// the slot in unix ms, rounded up to a whole millisecond; tats keep the
-// exact slot so that the rounding never accumulates.
+// these (luaTat's reserve). Returns the slot in unix ms.
 var reserveScript = redis.NewScript(luaTat + `
 local now, margin = tonumber(ARGV[1]), tonumber(ARGV[2])
-local slot, tats = {now, 0, 1}, {}
+local tats, bursts = {}, {}
 for i, key in ipairs(KEYS) do
-  local p, burst = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+  local p = tonumber(ARGV[1 + 2 * i])
   -- A tat before now needs no clamping: slot is never before now.
-  local tat = read(key, p) or {now, 0, p}
-  tats[i] = tat
-  local allowed = add(tat, -(burst - 1) * EI)
-  if before(slot, allowed) then slot = allowed end
+  tats[i], bursts[i] = read(key, p) or {now, 0, p}, tonumber(ARGV[2 + 2 * i])
 end
-for i, key in ipairs(KEYS) do
-  local tat = tats[i]
-  if before(tat, slot) then tat = rescale(slot, tat[3]) end
-  save(key, add(tat, EI), now, margin)
-end
-if slot[2] > 0 then return slot[1] + 1 end
-return slot[1]
+return reserve(KEYS, tats, bursts, now, margin)
 `)
 
 // cancelScript: KEYS = the buckets. ARGV = now_ms, ttl_margin_ms, at_ms,

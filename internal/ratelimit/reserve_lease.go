@@ -101,8 +101,8 @@ func slotLeaseCap(buckets []Bucket) int {
 // before now is idle and left alone). A bucket allows n slots at once,
 // n = burst - ceil((tat - now) / interval); got is the least of these and
 // want. With got >= 1 every tat moves got intervals on (from now if it was
-// before) and the reply is {got, 0}; otherwise one slot is reserved as in
-// reserveScript and the reply is {0, slot_ms}.
+// before) and the reply is {got, 0}; otherwise one slot is reserved
+// (luaTat's reserve, as reserveScript) and the reply is {0, slot_ms}.
 var reserveLeaseScript = redis.NewScript(luaTat + `
 local now, margin = tonumber(ARGV[1]), tonumber(ARGV[2])
 local want, back = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -124,16 +124,5 @@ if got >= 1 then
   for i, key in ipairs(KEYS) do save(key, add(tats[i], got * EI), now, margin) end
   return {got, 0}
 end
-local slot = {now, 0, 1}
-for i, key in ipairs(KEYS) do
-  local allowed = add(tats[i], -(bursts[i] - 1) * EI)
-  if before(slot, allowed) then slot = allowed end
-end
-for i, key in ipairs(KEYS) do
-  local tat = tats[i]
-  if before(tat, slot) then tat = rescale(slot, tat[3]) end
-  save(key, add(tat, EI), now, margin)
-end
-if slot[2] > 0 then return {0, slot[1] + 1} end
-return {0, slot[1]}
+return {0, reserve(KEYS, tats, bursts, now, margin)}
 `)
