@@ -132,8 +132,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 const (
-	maxBatch     = 500
-	batchWindow  = 2 * time.Millisecond
+	maxBatch = 500
+	// batchWindow is how long a batch waits for company: deliveries
+	// committed within it share one publish and its confirm. The publish
+	// is already answered, so the wait only delays the first attempt.
+	batchWindow  = 5 * time.Millisecond
 	drainTimeout = 3 * time.Second
 	// markDelay is how long the dispatcher waits after the broker's
 	// confirm before it marks deliveries enqueued. Most are attempted and
