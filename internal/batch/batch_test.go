@@ -112,22 +112,44 @@ func TestRunDrainsBeforeReturning(t *testing.T) {
 	}
 }
 
-func TestWindowCollectsRequestsArrivingOneAfterAnother(t *testing.T) {
-	t.Parallel()
-	var sizes []int
+// sizedBatcher is a batcher of ints answering each with itself; sizes
+// returns the sizes of the batches it ran, in order.
+func sizedBatcher(maxBatch, workers int) (b *Batcher[int, int], sizes func() []int) {
 	var mu sync.Mutex
-	// A window far longer than the test and a batch of three: the batch
-	// runs only once it is full, however far apart its requests come, and
-	// the idle runners take none of them meanwhile.
-	b := New(func(_ context.Context, in []int) ([]int, error) {
+	var got []int
+	b = New(func(_ context.Context, in []int) ([]int, error) {
 		mu.Lock()
-		sizes = append(sizes, len(in))
+		got = append(got, len(in))
 		mu.Unlock()
 		return in, nil
-	}, 3, 4).Window(time.Hour)
+	}, maxBatch, workers)
+	return b, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// start runs b until the returned stop is called; stop returns once Run
+// has returned.
+func start[In, Out any](b *Batcher[In, Out]) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = b.Run(ctx); close(done) }()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func TestWindowCollectsRequestsArrivingOneAfterAnother(t *testing.T) {
+	t.Parallel()
+	// A window far longer than the test and a batch of three: the batch
+	// runs only once it is full, however far apart its requests come, and
+	// the idle runners take none of them meanwhile.
+	b, sizes := sizedBatcher(3, 4)
+	b.Window(time.Hour)
+	stop := start(b)
 
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -142,32 +164,24 @@ func TestWindowCollectsRequestsArrivingOneAfterAnother(t *testing.T) {
 		require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
 	}
 	wg.Wait()
-	require.Equal(t, []int{3}, sizes)
-	cancel()
-	<-done
+	require.Equal(t, []int{3}, sizes())
+	stop()
 }
 
 func TestWindowEndsAPartialBatch(t *testing.T) {
 	t.Parallel()
 	b := New(func(_ context.Context, in []int) ([]int, error) { return in, nil }, 100, 2).Window(5 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(ctx); close(done) }()
+	stop := start(b)
 	out, err := b.Do(context.Background(), 7)
 	require.NoError(t, err)
 	require.Equal(t, 7, out)
-	cancel()
-	<-done
+	stop()
 }
 
 func TestWindowStopsWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	b := New(func(_ context.Context, in []int) ([]int, error) { return in, nil }, 100, 3).Window(time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(ctx); close(done) }()
-	cancel()
-	<-done
+	start(b)()
 }
 
 // Once Run has returned, Do answers ErrStopped at once, even with a context
@@ -241,14 +255,8 @@ func TestCollect(t *testing.T) {
 // the batch runs as soon as the urgent one joins it, with those before.
 func TestUrgentRequestEndsTheWindow(t *testing.T) {
 	t.Parallel()
-	var sizes []int
-	var mu sync.Mutex
-	b := New(func(_ context.Context, in []int) ([]int, error) {
-		mu.Lock()
-		sizes = append(sizes, len(in))
-		mu.Unlock()
-		return in, nil
-	}, 100, 1).Window(time.Hour).Urgent(func(i int) bool { return i < 0 })
+	b, sizes := sizedBatcher(100, 1)
+	b.Window(time.Hour).Urgent(func(i int) bool { return i < 0 })
 	// Two requests queued before the batcher runs, then taken into its
 	// first batch.
 	var wg sync.WaitGroup
@@ -259,9 +267,7 @@ func TestUrgentRequestEndsTheWindow(t *testing.T) {
 		})
 	}
 	require.Eventually(t, func() bool { return len(b.in) == 2 }, 5*time.Second, time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(ctx); close(done) }()
+	stop := start(b)
 	require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
 
 	out, err := b.Do(context.Background(), -1)
@@ -271,11 +277,8 @@ func TestUrgentRequestEndsTheWindow(t *testing.T) {
 	// Urgent as the first of its batch: it runs alone, at once.
 	_, err = b.Do(context.Background(), -2)
 	require.NoError(t, err)
-	mu.Lock()
-	require.Equal(t, []int{3, 1}, sizes)
-	mu.Unlock()
-	cancel()
-	<-done
+	require.Equal(t, []int{3, 1}, sizes())
+	stop()
 }
 
 func TestCollectUntil(t *testing.T) {
@@ -295,24 +298,14 @@ func TestCollectUntil(t *testing.T) {
 // that skips it while requests come a millisecond apart or more, on a
 // clock that moves step at each request; sizes are its batches'.
 func pacedBatcher(step *time.Duration) (*Batcher[int, int], func() []int) {
-	var mu sync.Mutex
-	var sizes []int
-	b := New(func(_ context.Context, in []int) ([]int, error) {
-		mu.Lock()
-		sizes = append(sizes, len(in))
-		mu.Unlock()
-		return in, nil
-	}, 3, 2).Window(time.Hour)
+	b, sizes := sizedBatcher(3, 2)
+	b.Window(time.Hour)
 	clock := time.Unix(0, 0)
 	b.pace = newPace(time.Millisecond, func() time.Time {
 		clock = clock.Add(*step)
 		return clock
 	})
-	return b, func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(sizes)
-	}
+	return b, sizes
 }
 
 // Requests 5 ms apart (counted as 4) are sparse from the start: each runs
@@ -321,17 +314,14 @@ func TestSparseRequestsSkipTheWindow(t *testing.T) {
 	t.Parallel()
 	step := 5 * time.Millisecond
 	b, sizes := pacedBatcher(&step)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(ctx); close(done) }()
+	stop := start(b)
 	for i := range 20 {
 		out, err := b.Do(context.Background(), i)
 		require.NoError(t, err)
 		require.Equal(t, i, out)
 	}
 	require.Equal(t, slices.Repeat([]int{1}, 20), sizes())
-	cancel()
-	<-done
+	stop()
 }
 
 // A new batcher takes requests as sparse; requests coming together bring
@@ -341,9 +331,7 @@ func TestRequestsComingTogetherWaitTheWindow(t *testing.T) {
 	t.Parallel()
 	step := time.Duration(0)
 	b, sizes := pacedBatcher(&step)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(ctx); close(done) }()
+	stop := start(b)
 	for i := range 11 {
 		_, err := b.Do(context.Background(), i)
 		require.NoError(t, err)
@@ -361,8 +349,7 @@ func TestRequestsComingTogetherWaitTheWindow(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, append(slices.Repeat([]int{1}, 11), 3), sizes())
-	cancel()
-	<-done
+	stop()
 }
 
 // The mean interval follows the requests, each interval counted as at
