@@ -6,8 +6,9 @@
 // and nothing waits; with one (Window), one runner at a time collects a
 // batch for up to that long after its first request, so that batches
 // fill at moderate load too, at the cost of that wait. With Sparse, the
-// window applies only while requests come close enough together for a
-// batch to find company in it.
+// whole window applies only while requests come close enough together for
+// a batch to find company in it; while they come further apart, a batch
+// waits only for the batches already running, if any (a group commit).
 package batch
 
 import (
@@ -34,6 +35,11 @@ type Batcher[In, Out any] struct {
 	pace *pace
 	// collecting is held by the runner collecting a batch (with a window).
 	collecting chan struct{}
+	// running counts the batches running; idle is closed while none is
+	// (with Sparse).
+	runMu   sync.Mutex
+	running int
+	idle    chan struct{}
 	// stopped is closed when Run has returned: nothing takes requests any
 	// more.
 	stopped chan struct{}
@@ -73,15 +79,26 @@ func (b *Batcher[In, Out]) Urgent(urgent func(In) bool) *Batcher[In, Out] {
 	return b
 }
 
-// Sparse makes a batch skip its window when requests have been coming at
-// least gap apart on average (an exponentially weighted mean of the
-// intervals between them, each counted as at most 4 gap): waiting would
-// seldom find company then, and each request would only be later. A batch
-// whose first request comes while they are closer together waits the
-// window. A new batcher starts as if requests were sparse. Call it before
-// Run.
+// Sparse makes a batch shorten its window when requests have been coming
+// at least gap apart on average (an exponentially weighted mean of the
+// intervals between them, each counted as at most 4 gap): waiting the
+// whole window would seldom find company then, and each request would only
+// be later. Such a batch runs at once when no other batch is running, and
+// otherwise as soon as none is (within the window): the requests arriving
+// while a batch runs share the next one, so that batches still grow when
+// each takes longer than the interval between requests (a slow or busy
+// database). A batch whose first request comes while requests are closer
+// together waits the whole window. A new batcher starts as if requests
+// were sparse. Call it before Run.
 func (b *Batcher[In, Out]) Sparse(gap time.Duration) *Batcher[In, Out] {
-	b.pace = newPace(gap, time.Now)
+	return b.sparse(gap, time.Now)
+}
+
+// sparse is Sparse on the clock now.
+func (b *Batcher[In, Out]) sparse(gap time.Duration, now func() time.Time) *Batcher[In, Out] {
+	b.pace = newPace(gap, now)
+	b.idle = make(chan struct{})
+	close(b.idle)
 	return b
 }
 
@@ -182,7 +199,12 @@ func (b *Batcher[In, Out]) loop(ctx context.Context) {
 		if b.window > 0 {
 			b.collecting <- struct{}{}
 		}
-		batch = CollectUntil(ctx, b.in, batch[:0], b.max, b.window, b.isUrgent)
+		batch = collect(ctx, b.in, batch[:0], b.max, b.window, b.isUrgent, b.sparseEnd)
+		if len(batch) > 0 {
+			// Counted as running before the next runner may collect, so
+			// that it waits for this batch.
+			b.began()
+		}
 		if b.window > 0 {
 			<-b.collecting
 		}
@@ -190,13 +212,52 @@ func (b *Batcher[In, Out]) loop(ctx context.Context) {
 			return
 		}
 		b.run(runCtx, batch)
+		b.ended()
 	}
 }
 
-// isUrgent reports whether c ends its batch's window: an urgent request,
-// or any while requests are sparse (Sparse).
+// isUrgent reports whether c ends its batch's window (Urgent).
 func (b *Batcher[In, Out]) isUrgent(c *call[In, Out]) bool {
-	return (b.urgent != nil && b.urgent(c.in)) || (b.pace != nil && b.pace.sparse())
+	return b.urgent != nil && b.urgent(c.in)
+}
+
+// sparseEnd returns what ends the window of a batch whose first request
+// was just taken: while requests are sparse (Sparse), the end of the
+// batches running (a closed channel when none is); otherwise nil, nothing
+// before the window's end.
+func (b *Batcher[In, Out]) sparseEnd() <-chan struct{} {
+	if b.pace == nil || !b.pace.sparse() {
+		return nil
+	}
+	b.runMu.Lock()
+	defer b.runMu.Unlock()
+	return b.idle
+}
+
+// began counts a batch that starts running (with Sparse).
+func (b *Batcher[In, Out]) began() {
+	if b.pace == nil {
+		return
+	}
+	b.runMu.Lock()
+	defer b.runMu.Unlock()
+	if b.running == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.running++
+}
+
+// ended counts a batch that has run (with Sparse).
+func (b *Batcher[In, Out]) ended() {
+	if b.pace == nil {
+		return
+	}
+	b.runMu.Lock()
+	defer b.runMu.Unlock()
+	b.running--
+	if b.running == 0 {
+		close(b.idle)
+	}
 }
 
 // Collect appends to batch the next items of in, up to max: it waits for a
@@ -211,6 +272,14 @@ func Collect[T any](ctx context.Context, in <-chan T, batch []T, max int, window
 // CollectUntil is Collect, except that the window ends as soon as an item
 // for which stop is true has been taken (stop may be nil).
 func CollectUntil[T any](ctx context.Context, in <-chan T, batch []T, max int, window time.Duration, stop func(T) bool) []T {
+	return collect(ctx, in, batch, max, window, stop, nil)
+}
+
+// collect is CollectUntil, whose window also ends (after the items waiting
+// then are taken) once the channel returned by end is ready; end is called
+// once the first item is taken, and may be nil or return nil.
+func collect[T any](ctx context.Context, in <-chan T, batch []T, max int, window time.Duration, stop func(T) bool,
+	end func() <-chan struct{}) []T {
 	n := len(batch)
 	select {
 	case c := <-in:
@@ -227,15 +296,16 @@ func CollectUntil[T any](ctx context.Context, in <-chan T, batch []T, max int, w
 		window = 0
 	}
 	if window <= 0 || ctx.Err() != nil {
-		for len(batch)-n < max {
-			select {
-			case c := <-in:
-				batch = append(batch, c)
-			default:
-				return batch
-			}
+		return takeWaiting(in, batch, n, max)
+	}
+	var ended <-chan struct{}
+	if end != nil {
+		ended = end()
+		select {
+		case <-ended:
+			return takeWaiting(in, batch, n, max)
+		default:
 		}
-		return batch
 	}
 	timer := time.NewTimer(window)
 	defer timer.Stop()
@@ -246,9 +316,25 @@ func CollectUntil[T any](ctx context.Context, in <-chan T, batch []T, max int, w
 			if stop != nil && stop(c) {
 				return batch
 			}
+		case <-ended:
+			return takeWaiting(in, batch, n, max)
 		case <-timer.C:
 			return batch
 		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+// takeWaiting appends the items waiting in in to batch, until batch holds
+// max items after its first n.
+func takeWaiting[T any](in <-chan T, batch []T, n, max int) []T {
+	for len(batch)-n < max {
+		select {
+		case c := <-in:
+			batch = append(batch, c)
+		default:
 			return batch
 		}
 	}

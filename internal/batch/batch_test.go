@@ -299,13 +299,17 @@ func TestCollectUntil(t *testing.T) {
 // clock that moves step at each request; sizes are its batches'.
 func pacedBatcher(step *time.Duration) (*Batcher[int, int], func() []int) {
 	b, sizes := sizedBatcher(3, 2)
-	b.Window(time.Hour)
+	b.Window(time.Hour).sparse(time.Millisecond, steppingClock(step))
+	return b, sizes
+}
+
+// steppingClock returns a clock that moves step at each reading.
+func steppingClock(step *time.Duration) func() time.Time {
 	clock := time.Unix(0, 0)
-	b.pace = newPace(time.Millisecond, func() time.Time {
+	return func() time.Time {
 		clock = clock.Add(*step)
 		return clock
-	})
-	return b, sizes
+	}
 }
 
 // Requests 5 ms apart (counted as 4) are sparse from the start: each runs
@@ -352,13 +356,58 @@ func TestRequestsComingTogetherWaitTheWindow(t *testing.T) {
 	stop()
 }
 
+// Requests sparse on average still share a batch while another runs: a
+// request arriving then waits for it (not the hour-long window), and the
+// one after it joins the same batch.
+func TestSparseRequestsWaitForTheBatchRunning(t *testing.T) {
+	t.Parallel()
+	step := 5 * time.Millisecond
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	b := New(func(_ context.Context, in []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(in))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return in, nil
+	}, 3, 2).Window(time.Hour).sparse(time.Millisecond, steppingClock(&step))
+	ran := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
+	}
+	stop := start(b)
+
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			out, err := b.Do(context.Background(), i)
+			require.NoError(t, err)
+			require.Equal(t, i, out)
+		})
+		if i == 0 {
+			require.Eventually(t, func() bool { return len(ran()) == 1 }, 5*time.Second, time.Millisecond, "the first batch runs at once")
+		} else {
+			require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
+		}
+	}
+	require.Equal(t, []int{1}, ran(), "the second batch waits for the first")
+	close(release)
+	wg.Wait()
+	require.Equal(t, []int{1, 2}, ran())
+	stop()
+}
+
 // The mean interval follows the requests, each interval counted as at
 // most four times the gap.
 func TestPaceMean(t *testing.T) {
 	t.Parallel()
 	step := 100 * time.Millisecond
-	clock := time.Unix(0, 0)
-	p := newPace(time.Millisecond, func() time.Time { clock = clock.Add(step); return clock })
+	p := newPace(time.Millisecond, steppingClock(&step))
 	require.True(t, p.sparse(), "a new pace is sparse")
 	for range 5 {
 		p.arrive()
