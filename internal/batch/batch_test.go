@@ -115,12 +115,22 @@ func TestRunDrainsBeforeReturning(t *testing.T) {
 // sizedBatcher is a batcher of ints answering each with itself; sizes
 // returns the sizes of the batches it ran, in order.
 func sizedBatcher(maxBatch, workers int) (b *Batcher[int, int], sizes func() []int) {
+	return sizedBatcherThen(maxBatch, workers, nil)
+}
+
+// sizedBatcherThen is sizedBatcher whose k-th batch (from 1) calls then(k)
+// after its size is recorded, before it answers; then may be nil.
+func sizedBatcherThen(maxBatch, workers int, then func(k int)) (b *Batcher[int, int], sizes func() []int) {
 	var mu sync.Mutex
 	var got []int
 	b = New(func(_ context.Context, in []int) ([]int, error) {
 		mu.Lock()
 		got = append(got, len(in))
+		k := len(got)
 		mu.Unlock()
+		if then != nil {
+			then(k)
+		}
 		return in, nil
 	}, maxBatch, workers)
 	return b, func() []int {
@@ -363,23 +373,12 @@ func TestSparseRequestsWaitForTheBatchRunning(t *testing.T) {
 	t.Parallel()
 	step := 5 * time.Millisecond
 	release := make(chan struct{})
-	var mu sync.Mutex
-	var sizes []int
-	b := New(func(_ context.Context, in []int) ([]int, error) {
-		mu.Lock()
-		sizes = append(sizes, len(in))
-		first := len(sizes) == 1
-		mu.Unlock()
-		if first {
+	b, ran := sizedBatcherThen(3, 2, func(k int) {
+		if k == 1 {
 			<-release
 		}
-		return in, nil
-	}, 3, 2).Window(time.Hour).sparse(time.Millisecond, steppingClock(&step))
-	ran := func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(sizes)
-	}
+	})
+	b.Window(time.Hour).sparse(time.Millisecond, steppingClock(&step))
 	stop := start(b)
 
 	var wg sync.WaitGroup
