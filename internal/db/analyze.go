@@ -19,13 +19,26 @@ import (
 // statistics change, that is when the table is analyzed. Postgres's
 // autovacuum does that, but a deployment may run without it (and a
 // benchmark or test database starts empty and grows fast), so hookline
-// analyzes its own tables: those never analyzed, and those changed by
-// more than analyzeBase rows plus analyzeScale of their size since their
-// last analysis (autovacuum's default thresholds). A table's plans are
-// then at most that far out of date.
+// analyzes its own tables:
+//
+//   - those never analyzed (a new database, a new partition), at once;
+//   - those changed by more than analyzeBase rows plus their size since
+//     their last analysis (a young table that doubled), at once, so that
+//     no plan is made for a table a fraction of its size;
+//   - those changed by more than analyzeBase rows plus analyzeScale of
+//     their size (autovacuum's default thresholds), once their last
+//     analysis is analyzeAfter old (autovacuum's default cycle), so
+//     that a table is not analyzed again every few seconds while it grows.
+//
+// An analysis reads up to 30,000 rows (300 times the statistics target),
+// through a small ring of buffers: for a table of wide rows, most of its
+// pages, at each analysis. Every 10 % of growth, a young table growing
+// hundreds of rows a second would be read ten times over, in bursts that
+// take a core for tens to hundreds of milliseconds from the deliveries.
 const (
 	analyzeBase  = 50
 	analyzeScale = 0.1
+	analyzeAfter = time.Minute
 	// AnalyzeEvery is how often RunAnalyzer looks for stale statistics.
 	AnalyzeEvery = 5 * time.Second
 )
@@ -37,13 +50,22 @@ const analyzeLock = 0x686c_616e_6c7a // "hlanlz"
 const staleTablesSQL = `SELECT quote_ident(s.schemaname) || '.' || quote_ident(s.relname)
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.schemaname = current_schema() AND c.relkind = 'r'
-  AND (c.reltuples < 0 OR s.n_mod_since_analyze > $1 + $2 * c.reltuples)
+  AND (c.reltuples < 0
+       OR s.n_mod_since_analyze > $1 + c.reltuples
+       OR (s.n_mod_since_analyze > $1 + $2 * c.reltuples
+           AND coalesce(greatest(s.last_analyze, s.last_autoanalyze), '-infinity') < now() - make_interval(secs => $3)))
 ORDER BY s.n_mod_since_analyze DESC`
 
 // AnalyzeStale analyzes the tables of the current schema whose statistics
-// are missing or stale (see analyzeBase) and returns their names. When
+// are missing or stale (see analyzeAfter) and returns their names. When
 // another process is analyzing it returns at once with none.
 func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	return analyzeStale(ctx, pool, analyzeAfter)
+}
+
+// analyzeStale is AnalyzeStale with tables changed by more than
+// analyzeScale analyzed again after, instead of analyzeAfter.
+func analyzeStale(ctx context.Context, pool *pgxpool.Pool, after time.Duration) ([]string, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %w", err)
@@ -62,7 +84,7 @@ func AnalyzeStale(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		}
 	}()
-	rows, err := conn.Query(ctx, staleTablesSQL, analyzeBase, analyzeScale)
+	rows, err := conn.Query(ctx, staleTablesSQL, analyzeBase, analyzeScale, after.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("find stale statistics: %w", err)
 	}

@@ -207,6 +207,46 @@ func TestAnalyzeStaleAnalyzesNewAndChangedTables(t *testing.T) {
 	require.EqualValues(t, 200, tuples)
 }
 
+// A table that grew by a tenth since its last analysis waits for that
+// analysis to age; one that doubled does not.
+func TestAnalyzeStaleWaitsForTheLastAnalysisToAgeUnlessTheTableDoubled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	insertTenants := func(n int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+			SELECT gen_random_uuid(), 'analyze-' || g, 60, 10, 10, 10 FROM generate_series(1, $1::int) g`, n)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+	}
+	_, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	insertTenants(1000)
+	doubled, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, []string{"public.tenants"}, doubled, "1000 rows beside none")
+
+	// 300 rows beside 1000: past the 10 % threshold, short of doubling.
+	insertTenants(300)
+	fresh, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, fresh, "analyzed a moment ago")
+	aged, err := db.AnalyzeStaleAfter(ctx, pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"public.tenants"}, aged, "last analysis older than the wait")
+	var tuples float64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'tenants'::regclass`).Scan(&tuples))
+	require.EqualValues(t, 1300, tuples)
+
+	// Under the threshold, an old analysis is not enough.
+	insertTenants(100)
+	under, err := db.AnalyzeStaleAfter(ctx, pool, 0)
+	require.NoError(t, err)
+	require.Empty(t, under, "100 rows beside 1300 is under 50 + 10 %")
+}
+
 func TestAnalyzeStaleLeavesTheWorkToTheProcessHoldingTheLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
