@@ -113,34 +113,3 @@ func RunAnalyzer(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) erro
 		}
 	})
 }
-
-// GenericPlans returns a second pool on pool's database, of at most
-// maxConns connections, whose prepared statements always run from their
-// generic plan (plan_cache_mode = force_generic_plan): planned once per
-// connection, and again only after the tables' statistics change (see
-// RunAnalyzer). It is for the few statements of a hot path that find their
-// rows by primary key, whose plans do not depend on their parameters;
-// left to choose, Postgres plans those again at every execution because a
-// plan for a short array of keys looks cheaper than the generic one.
-//
-// Its connections also plan without sequential scans wherever an index
-// serves (enable_seqscan = off). A generic plan made while a table is
-// young (a new deployment, a new partition) would otherwise scan the
-// table whole, rightly for its few rows then, and keep doing so while the
-// table grows until the next analysis replaces it: in a benchmark from an
-// empty database, the first seconds' worker load cost 0.4 to 1.7 ms per
-// statement instead of 0.05 to 0.15 ms. A lookup by primary key is never
-// slower through its index by more than a few microseconds, so these
-// plans are right at every table size.
-func GenericPlans(pool *pgxpool.Pool, maxConns int32) (*pgxpool.Pool, error) {
-	cfg := pool.Config()
-	cfg.MaxConns = maxConns
-	cfg.MinConns = 0
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("generic-plan pool: %w", err)
-	}
-	return p, nil
-}

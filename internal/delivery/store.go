@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
@@ -113,7 +114,16 @@ type loadResult struct {
 // loadBatch loads the jobs of several deliveries with one query; the
 // secrets are those active at the time of loading.
 func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, error) {
-	rows, err := s.hot.Query(ctx, loadJobsSQL, ids)
+	return s.load(ctx, s.hot, ids)
+}
+
+// querier runs a statement: a pool or one of its connections.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (s *store) load(ctx context.Context, q querier, ids []uuid.UUID) ([]loadResult, error) {
+	rows, err := q.Query(ctx, loadJobsSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d deliveries: %w", len(ids), err)
 	}
@@ -289,6 +299,10 @@ const failingSinceCTEs = `recorded AS (
 // the same deliveries (duplicate messages) wait for each other instead of
 // deadlocking.
 func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, error) {
+	return s.record(ctx, s.hot, recs)
+}
+
+func (s *store) record(ctx context.Context, q querier, recs []attemptRecord) ([]bool, error) {
 	n := len(recs)
 	sorted := slices.Clone(recs)
 	slices.SortFunc(sorted, func(a, b attemptRecord) int { return bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]) })
@@ -326,7 +340,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 		}
 		headers[i] = string(h)
 	}
-	rows, err := s.hot.Query(ctx, recordSQL, ids, created, numbers, tenants, codes, categories, errs,
+	rows, err := q.Query(ctx, recordSQL, ids, created, numbers, tenants, codes, categories, errs,
 		durations, statuses, headers, samples, next, hooks, scheduled, executed, parks)
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
@@ -344,6 +358,23 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 		out[i] = recorded[r.DeliveryID]
 	}
 	return out, nil
+}
+
+// prepare runs the statements of every delivery (load, attempt record,
+// parking, enqueue mark) on a new connection of the hot pool, with no
+// delivery to read or write (see db.HotPool).
+func (s *store) prepare(ctx context.Context, c *pgx.Conn) error {
+	if _, err := s.load(ctx, c, []uuid.UUID{}); err != nil {
+		return err
+	}
+	if _, err := s.record(ctx, c, nil); err != nil {
+		return err
+	}
+	if _, err := schedule.Park(ctx, c, nil); err != nil {
+		return err
+	}
+	_, err := c.Exec(ctx, wire.MarkEnqueuedSQL, []uuid.UUID{}, 0)
+	return err
 }
 
 // markScheduled records that the message for attempt attempts+1 is

@@ -114,6 +114,9 @@ const (
 	// hotConns: one connection per batch runner (loads, records, parks)
 	// and a few for the enqueue marks.
 	hotConns = 3*recordWorkers + 4
+	// readyConns: the hot pool keeps one prepared connection for each
+	// runner of loads and of records, which every delivery uses.
+	readyConns = 2 * recordWorkers
 	// A load waits up to loadWindow for others to share its statement,
 	// and an attempt record (or a parking) up to recordWindow: the load
 	// is on the way to the endpoint, the record only holds the message's
@@ -133,13 +136,16 @@ const (
 // returned, so that attempts finishing during shutdown are still recorded.
 // The waker of parked deliveries runs beside them, and so does the analyzer
 // that keeps the plans of the worker's prepared statements fit for the
-// tables' sizes (see db.RunAnalyzer). The pool of generic plans, opened
+// tables' sizes (see db.RunAnalyzer). The hot pool (generic plans, and
+// connections prepared before the first delivery: db.HotPool), opened
 // here, closes when its part stops, after all the others.
 func (w *Worker) Parts(consume func(context.Context) error) []supervisor.Part {
 	var parts []supervisor.Part
-	if hot, err := db.GenericPlans(w.store.pool, hotConns); err == nil {
+	hot, err := db.OpenHot(w.store.pool, db.HotPool{MaxConns: hotConns, Ready: readyConns,
+		Prepare: w.store.prepare, GenericPlans: true}, w.log)
+	if err == nil {
 		w.store.hot = hot
-		parts = append(parts, supervisor.Part{Name: "generic-plan pool", Run: func(ctx context.Context) error {
+		parts = append(parts, supervisor.Part{Name: "hot pool", Run: func(ctx context.Context) error {
 			<-ctx.Done()
 			w.store.hot = w.store.pool
 			hot.Close()

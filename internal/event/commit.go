@@ -3,12 +3,15 @@ package event
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/batch"
+	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -40,8 +43,13 @@ type pending struct {
 // internal/batch), so the number of commits (and WAL flushes) per event
 // falls as load rises.
 type committer struct {
-	pool  *pgxpool.Pool
+	pool *pgxpool.Pool
+	// hot runs the commits while the committer runs: a pool of its own,
+	// one connection per runner, each prepared before the first publish
+	// (db.HotPool); pool otherwise.
+	hot   *pgxpool.Pool
 	batch *batch.Batcher[*pending, struct{}]
+	log   *slog.Logger
 }
 
 const (
@@ -57,8 +65,8 @@ const (
 	commitSparse = commitWindow * 3 / 4
 )
 
-func newCommitter(pool *pgxpool.Pool) *committer {
-	c := &committer{pool: pool}
+func newCommitter(pool *pgxpool.Pool, log *slog.Logger) *committer {
+	c := &committer{pool: pool, hot: pool, log: log}
 	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers).Window(commitWindow).Sparse(commitSparse)
 	return c
 }
@@ -79,13 +87,33 @@ func (c *committer) submit(ctx context.Context, p *pending) error {
 // commitWait is the longest a publish waits for its group commit.
 const commitWait = 30 * time.Second
 
-func (c *committer) run(ctx context.Context) error { return c.batch.Run(ctx) }
-
-func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, error) {
-	return make([]struct{}, len(batch)), c.exec(ctx, batch)
+func (c *committer) run(ctx context.Context) error {
+	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare}, c.log)
+	if err != nil {
+		c.log.Warn("publish commits share the api's pool", "error", err)
+		return c.batch.Run(ctx)
+	}
+	c.hot = hot
+	defer hot.Close()
+	return c.batch.Run(ctx)
 }
 
-func (c *committer) exec(ctx context.Context, batch []*pending) error {
+// prepare runs the publish statement on a new connection of the hot
+// pool, with no event to insert.
+func (c *committer) prepare(ctx context.Context, conn *pgx.Conn) error {
+	return c.exec(ctx, conn, nil)
+}
+
+// querier runs a statement: a pool or one of its connections.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, error) {
+	return make([]struct{}, len(batch)), c.exec(ctx, c.hot, batch)
+}
+
+func (c *committer) exec(ctx context.Context, q querier, batch []*pending) error {
 	n := len(batch)
 	ids, tenants := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	types, sources, keys := make([]string, n), make([]string, n), make([]string, n)
@@ -110,7 +138,7 @@ func (c *committer) exec(ctx context.Context, batch []*pending) error {
 			refusedEvents, refusedHooks = append(refusedEvents, p.id), append(refusedHooks, h)
 		}
 	}
-	rows, err := c.pool.Query(ctx, publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
+	rows, err := q.Query(ctx, publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
 		parents, states, views.of(batch), views.numbers, views.tenants, views.knownView, views.knownHook, views.knownVersion,
 		refusedEvents, refusedHooks)
 	if err != nil {

@@ -46,7 +46,7 @@ type Service struct {
 
 // NewService returns a Service. rdb may be nil (no Redis fast path).
 func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dispatcher, log *slog.Logger) *Service {
-	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool),
+	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool, log),
 		filters: newFilterViews(pool, log)}
 }
 
