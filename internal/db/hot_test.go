@@ -45,10 +45,7 @@ func TestHotPoolOpensAndPreparesItsReadyConnectionsUnasked(t *testing.T) {
 	}
 	require.EqualValues(t, 4, prepared.Load())
 	for _, c := range conns {
-		// Prepared: Postgres holds the statement for the connection already.
-		var n int
-		require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement = $1`, lookup).Scan(&n))
-		require.Equal(t, 1, n)
+		require.True(t, dbtest.Prepared(t, c, lookup))
 		c.Release()
 	}
 }

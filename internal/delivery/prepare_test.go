@@ -22,9 +22,7 @@ func TestPrepareRunsEveryStatementOfADelivery(t *testing.T) {
 	defer conn.Release()
 	require.NoError(t, st.prepare(ctx, conn.Conn()))
 	for _, sql := range []string{loadJobsSQL, recordSQL} {
-		var n int
-		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&n))
-		require.Equal(t, 1, n, "prepared: %.40s", sql)
+		require.True(t, dbtest.Prepared(t, conn, sql), "prepared: %.40s", sql)
 	}
 	var rows int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM delivery_attempts)`).Scan(&rows))

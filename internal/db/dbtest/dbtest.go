@@ -165,3 +165,15 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Prepared reports whether conn's Postgres session holds sql as a prepared
+// statement (pgx prepares its statements by the extended protocol, which
+// lists them under their text).
+func Prepared(t testing.TB, conn *pgxpool.Conn, sql string) bool {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&n); err != nil {
+		t.Fatalf("list prepared statements: %v", err)
+	}
+	return n > 0
+}
