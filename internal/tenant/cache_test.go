@@ -2,9 +2,11 @@ package tenant
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/config"
@@ -67,4 +69,88 @@ func TestCachedAuthHonoursKeyExpiry(t *testing.T) {
 	require.NoError(t, err)
 	_, err = auth.Authenticate(ctx, key)
 	require.ErrorIs(t, err, ErrUnauthorized, "a cached key is not trusted past its expiry")
+}
+
+// Requests missing the same key at the same moment share one lookup: with
+// the table locked, twenty of them leave one query waiting in Postgres, and
+// all get the answer once the lock goes.
+func TestCachedAuthSharesOneLookupBetweenConcurrentMisses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	store := NewStore(pool)
+	tn, key, err := store.Create(ctx, Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
+		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
+	require.NoError(t, err)
+	auth := NewCachedAuth(store, time.Minute)
+
+	locker, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	lock, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	const requests = 20
+	results := make(chan error, requests)
+	for range requests {
+		go func() {
+			p, err := auth.Authenticate(ctx, key)
+			if err == nil && p.TenantID != tn.ID {
+				err = fmt.Errorf("tenant %s, want %s", p.TenantID, tn.ID)
+			}
+			results <- err
+		}()
+	}
+	// The lock and this watch hold connections of their own: without
+	// sharing, the requests' lookups would take every one of the pool's.
+	watch, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	require.NoError(t, err)
+	defer watch.Close(ctx)
+	waiting := func() int {
+		var n int
+		require.NoError(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%api_keys%'`).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return waiting() > 0 }, 10*time.Second, 10*time.Millisecond)
+	// Give every request the time to reach the database, had it its own
+	// lookup.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 1, waiting(), "one lookup for %d requests", requests)
+	require.NoError(t, lock.Rollback(ctx))
+	for range requests {
+		require.NoError(t, <-results)
+	}
+}
+
+// A request that gives up stops waiting for the shared lookup; the others
+// still get its answer.
+func TestCachedAuthRequestGivingUpLeavesTheSharedLookup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	store := NewStore(pool)
+	_, key, err := store.Create(ctx, Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
+		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
+	require.NoError(t, err)
+	auth := NewCachedAuth(store, time.Minute)
+
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	gaveUp, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = auth.Authenticate(gaveUp, key)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	patient := make(chan error, 1)
+	go func() {
+		_, err := auth.Authenticate(ctx, key)
+		patient <- err
+	}()
+	require.NoError(t, lock.Rollback(ctx))
+	require.NoError(t, <-patient)
 }
