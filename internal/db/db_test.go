@@ -274,7 +274,7 @@ func TestGenericPlansFindRowsByKeyWhateverTheTableSizeWhenPlanned(t *testing.T) 
 	pool := dbtest.New(t)
 	_, err := db.AnalyzeStale(ctx, pool)
 	require.NoError(t, err)
-	hot, err := db.GenericPlans(pool, 1)
+	hot, err := db.OpenHot(pool, db.HotPool{MaxConns: 1, GenericPlans: true}, nil)
 	require.NoError(t, err)
 	t.Cleanup(hot.Close)
 

@@ -89,9 +89,9 @@ func OpenHot(pool *pgxpool.Pool, h HotPool, log *slog.Logger) (*pgxpool.Pool, er
 	return p, nil
 }
 
-// GenericPlans returns a hot pool of at most maxConns connections whose
-// statements run from generic plans (see HotPool.GenericPlans), opened
-// as they are needed.
-func GenericPlans(pool *pgxpool.Pool, maxConns int32) (*pgxpool.Pool, error) {
-	return OpenHot(pool, HotPool{MaxConns: maxConns, GenericPlans: true}, nil)
+// Querier runs a statement that returns rows: a pool, a connection or a
+// transaction. The hot paths' statements take one, so that a hot pool can
+// run them on each new connection (HotPool.Prepare).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }

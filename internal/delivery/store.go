@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/breaker"
+	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/tracing"
@@ -69,7 +70,7 @@ type store struct {
 	pool *pgxpool.Pool
 	// hot runs the batched statements of every delivery (load, attempt
 	// record, parking, enqueue mark): while the worker serves, a pool of
-	// its own running them from generic plans (db.GenericPlans); pool
+	// its own running them from generic plans (db.HotPool); pool
 	// otherwise.
 	hot *pgxpool.Pool
 	// keys open the webhook secrets sealed at rest; nil when none are
@@ -117,12 +118,7 @@ func (s *store) loadBatch(ctx context.Context, ids []uuid.UUID) ([]loadResult, e
 	return s.load(ctx, s.hot, ids)
 }
 
-// querier runs a statement: a pool or one of its connections.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-func (s *store) load(ctx context.Context, q querier, ids []uuid.UUID) ([]loadResult, error) {
+func (s *store) load(ctx context.Context, q db.Querier, ids []uuid.UUID) ([]loadResult, error) {
 	rows, err := q.Query(ctx, loadJobsSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d deliveries: %w", len(ids), err)
@@ -302,7 +298,7 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 	return s.record(ctx, s.hot, recs)
 }
 
-func (s *store) record(ctx context.Context, q querier, recs []attemptRecord) ([]bool, error) {
+func (s *store) record(ctx context.Context, q db.Querier, recs []attemptRecord) ([]bool, error) {
 	n := len(recs)
 	sorted := slices.Clone(recs)
 	slices.SortFunc(sorted, func(a, b attemptRecord) int { return bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]) })

@@ -104,16 +104,11 @@ func (c *committer) prepare(ctx context.Context, conn *pgx.Conn) error {
 	return c.exec(ctx, conn, nil)
 }
 
-// querier runs a statement: a pool or one of its connections.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, error) {
 	return make([]struct{}, len(batch)), c.exec(ctx, c.hot, batch)
 }
 
-func (c *committer) exec(ctx context.Context, q querier, batch []*pending) error {
+func (c *committer) exec(ctx context.Context, q db.Querier, batch []*pending) error {
 	n := len(batch)
 	ids, tenants := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	types, sources, keys := make([]string, n), make([]string, n), make([]string, n)

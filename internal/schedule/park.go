@@ -21,6 +21,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookline/hookline/internal/db"
 )
 
 // Reason is why a delivery is parked (the park_reason column).
@@ -87,16 +89,11 @@ type Parking struct {
 	Until *time.Time
 }
 
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // Park parks deliveries with one statement, and reports for each whether
 // it was parked (false: finished, or moved on by another message). It
 // fits batch.Func, so that the parkings of many handlers share a round
 // trip.
-func Park(ctx context.Context, db querier, ps []Parking) ([]bool, error) {
+func Park(ctx context.Context, q db.Querier, ps []Parking) ([]bool, error) {
 	sorted := slices.Clone(ps)
 	slices.SortFunc(sorted, func(a, b Parking) int { return bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]) })
 	ids, reasons := make([]uuid.UUID, len(sorted)), make([]string, len(sorted))
@@ -104,7 +101,7 @@ func Park(ctx context.Context, db querier, ps []Parking) ([]bool, error) {
 	for i, p := range sorted {
 		ids[i], reasons[i], until[i], attempts[i] = p.DeliveryID, string(p.Reason), p.Until, int32(p.Attempt-1) //nolint:gosec // attempt numbers are at most max_attempts
 	}
-	rows, err := db.Query(ctx, parkSQL, ids, reasons, until, attempts)
+	rows, err := q.Query(ctx, parkSQL, ids, reasons, until, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("park %d deliveries: %w", len(ps), err)
 	}

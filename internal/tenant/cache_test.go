@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/config"
@@ -16,11 +17,7 @@ import (
 func TestCachedAuthTrustsForTTLOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	store := NewStore(pool)
-	tn, key, err := store.Create(ctx, Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
-		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
-	require.NoError(t, err)
+	pool, store, tn, key := newTenantKey(t)
 
 	now := time.Now()
 	auth := NewCachedAuth(store, 5*time.Second)
@@ -48,13 +45,9 @@ func TestCachedAuthTrustsForTTLOnly(t *testing.T) {
 func TestCachedAuthHonoursKeyExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	store := NewStore(pool)
-	_, key, err := store.Create(ctx, Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
-		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
-	require.NoError(t, err)
+	pool, store, _, key := newTenantKey(t)
 	expires := time.Now().Add(2 * time.Second)
-	_, err = pool.Exec(ctx, `UPDATE api_keys SET expires_at = $1`, expires)
+	_, err := pool.Exec(ctx, `UPDATE api_keys SET expires_at = $1`, expires)
 	require.NoError(t, err)
 
 	now := time.Now()
@@ -77,21 +70,10 @@ func TestCachedAuthHonoursKeyExpiry(t *testing.T) {
 func TestCachedAuthSharesOneLookupBetweenConcurrentMisses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	store := NewStore(pool)
-	tn, key, err := store.Create(ctx, Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
-		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
-	require.NoError(t, err)
+	pool, store, tn, key := newTenantKey(t)
 	auth := NewCachedAuth(store, time.Minute)
 
-	locker, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	lock, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = lock.Rollback(ctx) }()
-	_, err = lock.Exec(ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
+	unlock := lockAPIKeys(t, pool)
 	const requests = 20
 	results := make(chan error, requests)
 	for range requests {
@@ -115,11 +97,11 @@ func TestCachedAuthSharesOneLookupBetweenConcurrentMisses(t *testing.T) {
 		return n
 	}
 	require.Eventually(t, func() bool { return waiting() > 0 }, 10*time.Second, 10*time.Millisecond)
-	// Give every request the time to reach the database, had it its own
-	// lookup.
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, 1, waiting(), "one lookup for %d requests", requests)
-	require.NoError(t, lock.Rollback(ctx))
+	// Had every request its own lookup, more would reach the database
+	// within this window.
+	require.Never(t, func() bool { return waiting() > 1 }, 300*time.Millisecond, 10*time.Millisecond,
+		"one lookup for %d requests", requests)
+	unlock()
 	for range requests {
 		require.NoError(t, <-results)
 	}
@@ -130,27 +112,49 @@ func TestCachedAuthSharesOneLookupBetweenConcurrentMisses(t *testing.T) {
 func TestCachedAuthRequestGivingUpLeavesTheSharedLookup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	store := NewStore(pool)
-	_, key, err := store.Create(ctx, Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
-		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
-	require.NoError(t, err)
+	pool, store, _, key := newTenantKey(t)
 	auth := NewCachedAuth(store, time.Minute)
 
-	lock, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = lock.Rollback(ctx) }()
-	_, err = lock.Exec(ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
+	unlock := lockAPIKeys(t, pool)
 	gaveUp, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	_, err = auth.Authenticate(gaveUp, key)
+	_, err := auth.Authenticate(gaveUp, key)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	patient := make(chan error, 1)
 	go func() {
 		_, err := auth.Authenticate(ctx, key)
 		patient <- err
 	}()
-	require.NoError(t, lock.Rollback(ctx))
+	unlock()
 	require.NoError(t, <-patient)
+}
+
+// newTenantKey creates a tenant with an API key on a database of the test's own.
+func newTenantKey(t *testing.T) (*pgxpool.Pool, *Store, Tenant, string) {
+	t.Helper()
+	pool := dbtest.New(t)
+	store := NewStore(pool)
+	tn, key, err := store.Create(context.Background(), Tenant{Name: "acme", RateLimit: config.RateLimit{RequestsPerMinute: 1, Burst: 1},
+		PublishRateLimit: config.PublishRateLimit{RequestsPerSecond: 1, Burst: 1}})
+	require.NoError(t, err)
+	return pool, store, tn, key
+}
+
+// lockAPIKeys locks api_keys, on a connection of its own, until unlock is
+// called or the test ends: every lookup of a key waits meanwhile.
+func lockAPIKeys(t *testing.T, pool *pgxpool.Pool) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	require.NoError(t, err)
+	lock, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	unlock = func() {
+		_ = lock.Rollback(ctx)
+		_ = conn.Close(ctx)
+	}
+	t.Cleanup(unlock)
+	return unlock
 }
