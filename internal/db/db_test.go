@@ -105,11 +105,11 @@ func TestMigrateTwoProcessesAtOnce(t *testing.T) {
 	require.Equal(t, 7, tables)
 }
 
-// Terminal delivery states are final in the SQL itself.
-func TestTerminalDeliveryStatesAreFinal(t *testing.T) {
-	t.Parallel()
+// deliveryFixture makes a tenant, a webhook and an event, and returns a
+// function that inserts a pending delivery of that event.
+func deliveryFixture(t *testing.T, pool *pgxpool.Pool) (newDelivery func() uuid.UUID) {
+	t.Helper()
 	ctx := context.Background()
-	pool := dbtest.New(t)
 	tenantID, webhookID, eventID := uuid.New(), uuid.New(), uuid.New()
 	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenantID)
 	require.NoError(t, err)
@@ -119,17 +119,29 @@ func TestTerminalDeliveryStatesAreFinal(t *testing.T) {
 	_, err = pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
 		VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, eventID, tenantID)
 	require.NoError(t, err)
+	return func() uuid.UUID {
+		id := uuid.New()
+		_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
+			id, tenantID, eventID, webhookID)
+		require.NoError(t, err)
+		return id
+	}
+}
+
+// Terminal delivery states are final in the SQL itself.
+func TestTerminalDeliveryStatesAreFinal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	newDelivery := deliveryFixture(t, pool)
 
 	for _, terminal := range []string{"succeeded", "exhausted", "cancelled"} {
 		for _, next := range []string{"pending", "retrying", "succeeded", "exhausted", "cancelled"} {
 			if next == terminal {
 				continue
 			}
-			id := uuid.New()
-			_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
-				id, tenantID, eventID, webhookID)
-			require.NoError(t, err)
-			_, err = pool.Exec(ctx, `UPDATE deliveries SET status = $2 WHERE id = $1`, id, terminal)
+			id := newDelivery()
+			_, err := pool.Exec(ctx, `UPDATE deliveries SET status = $2 WHERE id = $1`, id, terminal)
 			require.NoError(t, err, "pending -> %s", terminal)
 			_, err = pool.Exec(ctx, `UPDATE deliveries SET status = $2 WHERE id = $1`, id, next)
 			require.Error(t, err, "%s -> %s must be refused", terminal, next)
@@ -137,6 +149,59 @@ func TestTerminalDeliveryStatesAreFinal(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM deliveries WHERE id = $1`, id).Scan(&status))
 			require.Equal(t, terminal, status)
 		}
+	}
+}
+
+// The guard of terminal states costs an update of a delivery nothing in
+// the WAL: each update writes as many records as the same update of a
+// twin row with the guard dropped (a BEFORE ROW trigger, even one that
+// does not fire, would add a row lock to every one).
+func TestTerminalGuardAddsNoWALRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	newDelivery := deliveryFixture(t, pool)
+	walRecords := func(q pgx.Tx, update string, id uuid.UUID) int64 {
+		t.Helper()
+		var plan []struct {
+			Plan struct {
+				WALRecords int64 `json:"WAL Records"`
+			}
+		}
+		require.NoError(t, q.QueryRow(ctx, `EXPLAIN (ANALYZE, WAL, FORMAT JSON) `+update, id).Scan(&plan), update)
+		require.Len(t, plan, 1)
+		return plan[0].Plan.WALRecords
+	}
+
+	for _, c := range []struct{ from, update string }{
+		{"pending", `UPDATE deliveries SET last_error = 'refused', updated_at = now() WHERE id = $1`},
+		{"pending", `UPDATE deliveries SET status = 'retrying', attempt_count = 1 WHERE id = $1`},
+		{"retrying", `UPDATE deliveries SET status = 'succeeded', attempt_count = 2, completed_at = now() WHERE id = $1`},
+		{"succeeded", `UPDATE deliveries SET last_error = 'x' WHERE id = $1`},
+	} {
+		guarded, unguarded := newDelivery(), newDelivery()
+		_, err := pool.Exec(ctx, `UPDATE deliveries SET status = $2 WHERE id = ANY($1) AND status <> $2`,
+			[]uuid.UUID{guarded, unguarded}, c.from)
+		require.NoError(t, err)
+		// Read both rows first, so that neither update pays for setting
+		// the page's hint bits.
+		_, err = pool.Exec(ctx, `SELECT count(*) FROM deliveries`)
+		require.NoError(t, err)
+
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		with := walRecords(tx, c.update, guarded)
+		require.NoError(t, tx.Commit(ctx))
+
+		tx, err = pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `DROP TRIGGER deliveries_keep_terminal ON deliveries`)
+		require.NoError(t, err)
+		without := walRecords(tx, c.update, unguarded)
+		require.NoError(t, tx.Rollback(ctx))
+
+		require.Positive(t, without, c.update)
+		require.Equal(t, without, with, "%s from %s", c.update, c.from)
 	}
 }
 
