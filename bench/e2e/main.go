@@ -13,6 +13,14 @@
 // adds the spans the sink received and the CPU per delivery.
 //
 //	go run ./bench/e2e -rates 1000 -duration 15s -tracing off,1,0.01 -rounds 2
+//
+// With -pause AT:FOR the receiver stops answering for FOR, AT into each
+// rate's publishing: every request it reads meanwhile is answered when the
+// pause ends, as an endpoint answers through a garbage-collection pause or
+// a restart behind its load balancer. It measures how quickly deliveries
+// to a fast host that hiccups return to their usual latency.
+//
+//	go run ./bench/e2e -rates 1000 -duration 15s -pause 5s:1s
 package main
 
 import (
@@ -60,7 +68,12 @@ func main() {
 	rounds := flag.Int("rounds", 1, "with -tracing: how many times to run every configuration, interleaved")
 	otlp := flag.String("otlp", "http://127.0.0.1:4318", "with -tracing: the OTLP/HTTP receiver spans are exported to (go run ./bench/otlpsink)")
 	idleWait := flag.Duration("idle-wait", 0, "before each rate, wait at most this long for the machine to be less than 0.3 cores busy (other work on a shared machine); 0: do not wait")
+	pauseSpec := flag.String("pause", "", "AT:FOR: the receiver answers nothing for FOR, from AT into each rate's publishing (for example 5s:1s); empty: no pause")
 	flag.Parse()
+	hiccup, err := parsePause(*pauseSpec)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -71,6 +84,7 @@ func main() {
 	}
 
 	rc := newReceiver()
+	rc.hiccup = hiccup
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -95,6 +109,9 @@ func main() {
 			"Deliveries/s: successful attempts recorded in Postgres per second from the first publish to the last recorded success. Publish-to-receipt: from the publish request's scheduled send time to the receiver reading the POST.",
 		},
 		Header: []string{"ordering", "rate/s", "published", "deliveries/s", "publish p50", "publish p99", "receipt p50", "receipt p99", "receipt p99.9", "lost", "duplicates", "postponed for a busy host", "CPU cores used"},
+	}
+	if hiccup.length > 0 {
+		table.Notes = append(table.Notes, fmt.Sprintf("The receiver answers nothing for %s from %s into each rate's publishing; the requests it reads meanwhile are answered, and their receipt timed, when the pause ends.", hiccup.length, hiccup.at))
 	}
 	configs := []string{""}
 	if *tracings != "" {
@@ -275,6 +292,7 @@ func run(sys *system.System, rc *receiver, key string, rate int, d time.Duration
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 512)
 	start := time.Now()
+	rc.begin(start)
 	for i := range total {
 		scheduled := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(scheduled))
@@ -342,6 +360,39 @@ type receiver struct {
 	lat  []time.Duration
 	seen map[string]int
 	n    atomic.Int64
+	// hiccup is the pause of every run; pauseFrom and pauseUntil (unix
+	// nanoseconds) place it in the current one.
+	hiccup                pause
+	pauseFrom, pauseUntil atomic.Int64
+}
+
+// pause is -pause: the receiver answers nothing for length, from at into
+// a run.
+type pause struct{ at, length time.Duration }
+
+func parsePause(spec string) (pause, error) {
+	if spec == "" {
+		return pause{}, nil
+	}
+	at, length, ok := strings.Cut(spec, ":")
+	var p pause
+	var errAt, errLength error
+	p.at, errAt = time.ParseDuration(at)
+	p.length, errLength = time.ParseDuration(length)
+	if !ok || errAt != nil || errLength != nil || p.at < 0 || p.length <= 0 {
+		return pause{}, fmt.Errorf("-pause %q: want AT:FOR, two durations such as 5s:1s", spec)
+	}
+	return p, nil
+}
+
+// begin places the pause in the run that starts at start.
+func (rc *receiver) begin(start time.Time) {
+	if rc.hiccup.length <= 0 {
+		return
+	}
+	from := start.Add(rc.hiccup.at)
+	rc.pauseFrom.Store(from.UnixNano())
+	rc.pauseUntil.Store(from.Add(rc.hiccup.length).UnixNano())
 }
 
 func newReceiver() *receiver { return &receiver{seen: map[string]int{}} }
@@ -349,6 +400,10 @@ func newReceiver() *receiver { return &receiver{seen: map[string]int{}} }
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	now := time.Now()
+	if from, until := rc.pauseFrom.Load(), rc.pauseUntil.Load(); now.UnixNano() >= from && now.UnixNano() < until {
+		time.Sleep(time.Until(time.Unix(0, until)))
+		now = time.Now()
+	}
 	rc.n.Add(1)
 	lat, _ := report.SentLatency(body, now)
 	id := r.Header.Get("X-Webhook-Delivery")
