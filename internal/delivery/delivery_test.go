@@ -98,15 +98,136 @@ func TestHostFreeAtHandsOutTheNextConnections(t *testing.T) {
 	h := l.host("a")
 	h.hold = 8 * time.Second
 	now := time.Now()
-	first := l.freeAt("a", now)
+	first := l.freeAt("a", uuid.New(), now)
 	require.Equal(t, now.Add(2*time.Second), first)
-	require.Equal(t, first.Add(2*time.Second), l.freeAt("a", now))
+	require.Equal(t, first.Add(2*time.Second), l.freeAt("a", uuid.New(), now))
 
-	// A request in flight for 100 s: the host frees a connection every 25 s.
+	// A request in flight for 100 s: the host frees a connection every
+	// 25 s. The two reservations before were served in the minute since.
 	later := now.Add(time.Minute)
 	started := later.Add(-100 * time.Second)
 	h.started[&started] = struct{}{}
-	require.Equal(t, later.Add(25*time.Second), l.freeAt("a", later))
+	require.Equal(t, later.Add(25*time.Second), l.freeAt("a", uuid.New(), later))
+}
+
+// stall puts max requests in flight to host, each started d before now,
+// as a stall (the host's, or this machine's) leaves them; the returned
+// func ends it: the requests come back, the latest after held.
+func stall(l *hostLimiter, host string, now time.Time, d time.Duration) (end func(held time.Duration)) {
+	h := l.host(host)
+	var tokens []*time.Time
+	for range l.max {
+		start := now.Add(-d)
+		tokens = append(tokens, &start)
+		h.started[&start] = struct{}{}
+	}
+	return func(held time.Duration) {
+		for _, tok := range tokens {
+			delete(h.started, tok)
+		}
+		h.last = held
+	}
+}
+
+// Reservations are counted at the host's current pace: those handed out
+// during a stall, at its pace, do not put a request deferred once the
+// host is fast again behind them.
+func TestHostReservationsFollowTheCurrentPace(t *testing.T) {
+	t.Parallel()
+	l := newHostLimiter(5, time.Millisecond)
+	h := l.host("a")
+	h.hold = time.Millisecond
+	now := time.Now()
+	end := stall(l, "a", now, 2*time.Second)
+	var last time.Time
+	for range 50 {
+		last = l.freeAt("a", uuid.New(), now)
+	}
+	// 400 ms apart, as the stall shows the host: the 50th 20 s ahead.
+	require.Equal(t, now.Add(20*time.Second), last)
+
+	end(time.Millisecond)
+	later := now.Add(100 * time.Millisecond)
+	// One connection every 200 us: the 50 were served in the 100 ms since.
+	require.Equal(t, later.Add(200*time.Microsecond), l.freeAt("a", uuid.New(), later))
+}
+
+// Parked reservations are reported outdated, once, when the host has
+// become fast enough to serve what still waits within half of ParkAfter;
+// not while it is as slow as when they were made.
+func TestOutdatedHostReservations(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+
+	t.Run("after a stall", func(t *testing.T) {
+		t.Parallel()
+		l := newHostLimiter(5, time.Millisecond)
+		l.host("h").hold = time.Millisecond
+		end := stall(l, "h", now, 2*time.Second)
+		// c's reservation, 400 ms ahead, goes through the delay tiers, not
+		// parked; a's and b's, from 1.2 s on, are parked.
+		require.Equal(t, now.Add(400*time.Millisecond), l.freeAt("h", c, now))
+		for i := range 20 {
+			l.freeAt("h", []uuid.UUID{a, b}[i%2], now)
+		}
+		hooks, _ := l.outdated("h", now.Add(time.Second))
+		require.Empty(t, hooks, "the stall goes on: its requests are still in flight")
+
+		end(2 * time.Millisecond)
+		hooks, step := l.outdated("h", now.Add(time.Second))
+		require.ElementsMatch(t, []uuid.UUID{a, b}, hooks)
+		require.Equal(t, 400*time.Microsecond, step, "the latest request's hold over 5 connections")
+		hooks, _ = l.outdated("h", now.Add(time.Second))
+		require.Empty(t, hooks, "reported once")
+	})
+
+	t.Run("a hanging host", func(t *testing.T) {
+		t.Parallel()
+		l := newHostLimiter(5, time.Millisecond)
+		h := l.host("h")
+		h.hold, h.last = 10*time.Second, 10*time.Second
+		// Its requests in flight are up to 8 s old, one every 2 s.
+		for i := range 5 {
+			start := now.Add(-time.Duration(i) * 2 * time.Second)
+			h.started[&start] = struct{}{}
+		}
+		for range 10 {
+			l.freeAt("h", a, now)
+		}
+		// One of its requests comes back at once (a 404, say): the others
+		// still hang.
+		h.last = time.Millisecond
+		hooks, _ := l.outdated("h", now.Add(time.Second))
+		require.Empty(t, hooks)
+	})
+
+	t.Run("a slow host as slow as it was", func(t *testing.T) {
+		t.Parallel()
+		l := newHostLimiter(5, time.Millisecond)
+		h := l.host("h")
+		h.hold, h.last = 3*time.Second, 3*time.Second
+		for range 5 {
+			l.freeAt("h", a, now)
+		}
+		// 5 reservations 600 ms apart; a second later 3.3 are left: 2 s.
+		hooks, _ := l.outdated("h", now.Add(time.Second))
+		require.Empty(t, hooks)
+	})
+
+	t.Run("reservations about to come", func(t *testing.T) {
+		t.Parallel()
+		l := newHostLimiter(5, time.Millisecond)
+		l.host("h").hold = time.Millisecond
+		end := stall(l, "h", now, time.Second)
+		for range 6 {
+			l.freeAt("h", a, now) // 200 ms apart: the last, 1.2 s ahead, parked
+		}
+		end(time.Millisecond)
+		hooks, _ := l.outdated("h", now.Add(300*time.Millisecond))
+		require.Empty(t, hooks, "the last parked one is due within ParkAfter")
+		require.Empty(t, l.host("h").parked, "and is forgotten")
+	})
 }
 
 func TestBuildRequest(t *testing.T) {

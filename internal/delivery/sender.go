@@ -18,11 +18,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookline/hookline/internal/endpoint"
 	"github.com/hookline/hookline/internal/netguard"
 	"github.com/hookline/hookline/internal/retry"
+	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/tracing"
 )
 
@@ -93,10 +95,18 @@ func NewSender(cfg SenderConfig, policy netguard.Policy) *Sender {
 	}
 }
 
-// HostFreeAt returns when a delivery to url that found its host busy should
-// try again (see hostLimiter.freeAt).
-func (s *Sender) HostFreeAt(url string, now time.Time) time.Time {
-	return s.hosts.freeAt(hostKey(url), now)
+// HostFreeAt returns when a delivery of webhook to url that found its host
+// busy should try again (see hostLimiter.freeAt).
+func (s *Sender) HostFreeAt(url string, webhook uuid.UUID, now time.Time) time.Time {
+	return s.hosts.freeAt(hostKey(url), webhook, now)
+}
+
+// OutdatedReservations reports, once, the webhooks whose deliveries are
+// parked for url's host with reservations it no longer needs, and the
+// host's current pace to space their new times by (see
+// hostLimiter.outdated).
+func (s *Sender) OutdatedReservations(url string, now time.Time) ([]uuid.UUID, time.Duration) {
+	return s.hosts.outdated(hostKey(url), now)
 }
 
 // Request is one attempt to send.
@@ -287,7 +297,8 @@ func hostKey(raw string) string {
 // a fast endpoint queues briefly in the worker instead of going back
 // through the broker, while a slow endpoint holds at most max requests.
 // A request that found none is deferred to the host's next estimated free
-// connection (freeAt).
+// connection (freeAt); reservations made while the host was slower than it
+// is now are found by outdated.
 type hostLimiter struct {
 	max   int
 	wait  time.Duration
@@ -301,13 +312,29 @@ type hostSlots struct {
 	// connection; started are the start times of those in flight.
 	hold    time.Duration
 	started map[*time.Time]struct{}
-	// next is the last free connection handed out by freeAt.
-	next time.Time
+	// last is how long the latest request to come back held its
+	// connection.
+	last time.Duration
+	// backlog is how many deferred requests are estimated to be waiting
+	// for a connection, as of drainedAt: each reservation adds one, and
+	// the host serves them one every step (see freeAt) at its current
+	// pace, not at the pace of when they were deferred.
+	backlog   float64
+	drainedAt time.Time
+	// parked are the webhooks of requests deferred a ParkAfter or more
+	// (parked in Postgres, their reservation revisable by outdated), and
+	// parkedUntil the latest of those reservations.
+	parked      map[uuid.UUID]struct{}
+	parkedUntil time.Time
 }
 
 // defaultHostWait is how long a request waits for a connection when the
 // configuration says nothing.
 const defaultHostWait = 500 * time.Millisecond
+
+// maxParkedWebhooks bounds the webhooks a host remembers for revising its
+// parked reservations; deliveries of others keep their reservation.
+const maxParkedWebhooks = 1024
 
 func newHostLimiter(max int, wait time.Duration) *hostLimiter {
 	if wait <= 0 {
@@ -362,6 +389,7 @@ func (l *hostLimiter) release(host string, token *time.Time) {
 	l.mu.Lock()
 	delete(h.started, token)
 	held := time.Since(*token)
+	h.last = held
 	if h.hold == 0 {
 		h.hold = held
 	} else {
@@ -371,22 +399,90 @@ func (l *hostLimiter) release(host string, token *time.Time) {
 	<-h.sem
 }
 
-// freeAt returns when a request that found host busy should try again: the
-// host frees a connection every hold/max on average, and each deferred
-// request gets the next one, like a reservation. Until a request has come
-// back, the age of the oldest one in flight stands for hold.
-func (l *hostLimiter) freeAt(host string, now time.Time) time.Time {
-	h := l.host(host)
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// step is how often h frees a connection at its current pace: every
+// hold/max on average, where a request in flight for longer than the
+// average stands for hold (until requests have come back from a host that
+// turned slow, their age is all there is to go by). Call with l.mu held.
+func (l *hostLimiter) step(h *hostSlots, now time.Time) time.Duration {
 	hold := h.hold
 	for start := range h.started {
 		hold = max(hold, now.Sub(*start))
 	}
-	step := max(hold, time.Millisecond) / time.Duration(max(l.max, 1))
-	if h.next.Before(now) {
-		h.next = now
+	return max(hold, time.Millisecond) / time.Duration(max(l.max, 1))
+}
+
+// drain takes from h's backlog the reservations served since it was last
+// drained, at the current step. Call with l.mu held.
+func (h *hostSlots) drain(now time.Time, step time.Duration) {
+	if elapsed := now.Sub(h.drainedAt); elapsed > 0 {
+		h.backlog = max(0, h.backlog-float64(elapsed)/float64(step))
+		h.drainedAt = now
 	}
-	h.next = h.next.Add(step)
-	return h.next
+}
+
+// freeAt returns when a request of webhook that found host busy should try
+// again: the host frees a connection every step, and each deferred request
+// gets the one after those reserved before it, like a reservation. The
+// reservations still waiting are counted at the host's current pace, so
+// that a stall (the host's, or this machine's) that slowed it for a moment
+// does not put later requests behind reservations it no longer needs.
+func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time.Time {
+	h := l.host(host)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	step := l.step(h, now)
+	h.drain(now, step)
+	h.backlog++
+	at := now.Add(time.Duration(h.backlog * float64(step)))
+	if at.Sub(now) >= schedule.ParkAfter {
+		if h.parked == nil {
+			h.parked = map[uuid.UUID]struct{}{}
+		}
+		if len(h.parked) < maxParkedWebhooks {
+			h.parked[webhook] = struct{}{}
+		}
+		if at.After(h.parkedUntil) {
+			h.parkedUntil = at
+		}
+	}
+	return at
+}
+
+// outdated reports, once, the webhooks whose deliveries host's parked
+// reservations hold for longer than it now needs, and its current pace
+// (step) to space their new times by. They are outdated when, while a
+// request parked a ParkAfter or more ahead still waits, the host has
+// become fast enough to serve every reservation still waiting within half
+// of ParkAfter: the latest request came back that fast and none in flight
+// is older (a stall that made the host look slow is over). The moving
+// average that freeAt goes by still remembers the stall; this does not.
+// Nothing while a request in flight is as old as the host was slow, so a
+// hanging host's deferred deliveries keep their turn.
+func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID, step time.Duration) {
+	h := l.host(host)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(h.parked) == 0 {
+		return nil, 0
+	}
+	if !h.parkedUntil.After(now.Add(schedule.ParkAfter)) {
+		// The last parked reservation is near: nothing to gain.
+		clear(h.parked)
+		return nil, 0
+	}
+	pace := h.last
+	for start := range h.started {
+		pace = max(pace, now.Sub(*start))
+	}
+	step = max(pace, time.Millisecond) / time.Duration(max(l.max, 1))
+	waiting := max(0, h.backlog-float64(now.Sub(h.drainedAt))/float64(step))
+	if time.Duration(waiting*float64(step)) >= schedule.ParkAfter/2 {
+		return nil, 0
+	}
+	for id := range h.parked {
+		webhooks = append(webhooks, id)
+	}
+	clear(h.parked)
+	h.parkedUntil = time.Time{}
+	return webhooks, step
 }

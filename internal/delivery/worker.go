@@ -281,7 +281,10 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		}
 		// The rate-limit slot this attempt was let in on goes with it: it
 		// is sent later than that slot, never earlier, and draws no other.
-		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, answered), w.guard != nil)
+		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, t.WebhookID, answered), w.guard != nil)
+	}
+	if hooks, step := w.sender.OutdatedReservations(j.URL, answered); len(hooks) > 0 {
+		w.hasten(ctx, log, hooks, step)
 	}
 	if w.guard != nil {
 		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, circuit, answered)
@@ -440,6 +443,24 @@ func (w *Worker) deferTo(ctx context.Context, log *slog.Logger, t wire.Task, hea
 	}
 	return queue.Ack
 }
+
+// hasten brings forward the deliveries of webhooks parked for a host that
+// has turned out faster than their reservations allowed for (see
+// schedule.Hasten); on failure they keep their reservations.
+func (w *Worker) hasten(ctx context.Context, log *slog.Logger, webhooks []uuid.UUID, step time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hastenWithin)
+	defer cancel()
+	n, err := schedule.Hasten(ctx, w.store.pool, webhooks, step)
+	if err != nil {
+		log.WarnContext(ctx, "deliveries parked for a host that is fast again keep their reservations", "error", err)
+		return
+	}
+	metrics.DeliveriesHastened.Add(float64(n))
+}
+
+// hastenWithin bounds the statement of hasten, run by the attempt that
+// found its host fast again before its own record.
+const hastenWithin = 5 * time.Second
 
 // reservedFor reports whether the message carries a rate-limit slot
 // reserved for it that has come (see schedule.HeaderReservedAt).

@@ -191,3 +191,42 @@ RETURNING id`, s.tenantID, id).Scan(&d))
 	s.waitStatus(d, "succeeded", 15*time.Second)
 	require.Len(t, rc.requests(), 1)
 }
+
+// A host that stalls, then answers fast again: the deliveries parked during
+// the stall, at the pace it showed (a fifth of its age per connection),
+// are brought forward when it recovers, and all arrive long before the
+// latest of those reservations.
+func TestDeliveriesParkedDuringAHostStallAreBroughtForward(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.unlimited()
+	stalled := make(chan struct{})
+	rc := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stalled:
+		case <-r.Context().Done():
+		}
+	})
+	s.fastHook(rc.URL, nil) // a 30 s attempt timeout: the stall ends first
+	const n = 40
+	for i := range n {
+		s.publish("order.created", map[string]any{"n": i})
+	}
+	// The worker's five connections to the host hang; the deliveries that
+	// find no free one are reserved further and further ahead.
+	var ahead int
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		ahead = s.Count(`SELECT coalesce(extract(epoch FROM max(next_attempt_at) - now()), 0)::int
+			FROM deliveries WHERE park_reason = 'host_busy'`)
+		return ahead >= 10
+	}, "a delivery parked 10 s or more ahead for its busy host")
+	latest := time.Now().Add(time.Duration(ahead) * time.Second)
+	close(stalled)
+
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		return s.Count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded'`) == n
+	}, "every delivery to succeed")
+	require.Less(t, time.Now(), latest.Add(-2*time.Second),
+		"the deliveries parked during the stall were sent at their reservations, not when the host answered again")
+	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE parked_at IS NOT NULL`))
+}

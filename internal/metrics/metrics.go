@@ -116,6 +116,10 @@ var (
 		Namespace: Namespace, Name: "deliveries_parked_total",
 		Help: "Deliveries parked in Postgres until their time (reserved rate-limit slot, half-open decision, free host connection or tenant slot), by reason.",
 	}, []string{"reason"})
+	DeliveriesHastened = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "deliveries_hastened_total",
+		Help: "Deliveries parked for a busy endpoint host whose time was brought forward when the host turned out faster than their reservations allowed for (after a stall).",
+	})
 	DeliveryRepublishes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "delivery_republishes_total",
 		Help: "Delivery messages published again without an attempt (a deferral through the delay tiers, a hop between delay tiers, a parked delivery woken), by reason.",

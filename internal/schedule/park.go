@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookline/hookline/internal/db"
 )
@@ -118,4 +119,50 @@ func Park(ctx context.Context, q db.Querier, ps []Parking) ([]bool, error) {
 		out[i] = done[p.DeliveryID]
 	}
 	return out, nil
+}
+
+// hastenSQL brings forward deliveries of the webhooks $1 parked for a busy
+// host whose reservations the host no longer needs (see Hasten): in the
+// order of their reservations, one every $2 microseconds from now, each
+// only if that is earlier than its reservation; at most $3 of them. Rows a
+// waker holds at the moment (it is publishing them) are skipped, and the
+// rest are locked in the order the wakers claim them, so the two never
+// deadlock. They are found through deliveries_host_parked_idx.
+const hastenSQL = `WITH claimed AS (
+    SELECT id, next_attempt_at FROM deliveries
+    WHERE webhook_id = ANY($1) AND park_reason = 'host_busy' AND status IN ('pending', 'retrying')
+      AND next_attempt_at > now()
+    ORDER BY next_attempt_at, id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), spaced AS (
+    SELECT id, now() + make_interval(secs => row_number() OVER (ORDER BY next_attempt_at, id) * $2::bigint / 1e6) AS at
+    FROM claimed
+)
+UPDATE deliveries d SET next_attempt_at = s.at, updated_at = now()
+FROM spaced s
+WHERE d.id = s.id AND s.at < d.next_attempt_at`
+
+// execer runs a statement: a pool, a connection or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// MaxHastened bounds the deliveries one Hasten brings forward; the others
+// keep their reservations.
+const MaxHastened = 10000
+
+// Hasten brings forward the deliveries of webhooks parked for their
+// endpoint host's next free connection (HostBusy) when the host turns out
+// to need less time than their reservations allowed for: reservations
+// made during a stall, at the pace the stall showed, would keep them
+// parked long after the host is fast again. They get new times one step
+// apart from now, in their order (at most MaxHastened of them), and the
+// wakers publish them then. It returns how many it moved.
+func Hasten(ctx context.Context, q execer, webhooks []uuid.UUID, step time.Duration) (int64, error) {
+	tag, err := q.Exec(ctx, hastenSQL, webhooks, max(step.Microseconds(), 1), MaxHastened)
+	if err != nil {
+		return 0, fmt.Errorf("hasten deliveries parked for a busy host: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

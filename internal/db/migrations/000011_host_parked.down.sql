@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS deliveries_host_parked_idx;
