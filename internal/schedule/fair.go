@@ -51,7 +51,13 @@ type tenantSlots struct {
 	// hold a slot; started are the slots in flight.
 	hold    time.Duration
 	started map[*Slot]struct{}
-	// next is the tenant's next estimated free slot handed out by Defer.
+	// backlog is how many of the tenant's deferred deliveries are
+	// estimated to be waiting for a slot, as of drainedAt: each Defer adds
+	// one, and they are served one every step (see Defer) at the tenant's
+	// current pace, not at the pace of when they were deferred.
+	backlog   float64
+	drainedAt time.Time
+	// next is the latest free slot handed out by Defer.
 	next time.Time
 }
 
@@ -163,7 +169,8 @@ func (g *Gate) maxWaitersOf(ts *tenantSlots) int {
 }
 
 // Defer returns when a delivery of tenant that found no slot should be
-// looked at again: the tenant's next estimated free slot.
+// looked at again: the tenant's next estimated free slot after those
+// reserved before it and still waiting.
 func (g *Gate) Defer(tenant uuid.UUID) time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -177,8 +184,16 @@ func (g *Gate) Defer(tenant uuid.UUID) time.Time {
 		hold = max(hold, now.Sub(s.start))
 	}
 	step := max(hold, time.Millisecond) / time.Duration(max(ts.inFlight, 1))
-	ts.next = maxTime(ts.next, now).Add(step)
-	due := ts.next
+	// The deferrals still waiting are counted at this pace: a stall that
+	// made the tenant's slots look long for a moment does not put its
+	// deliveries deferred after it behind those deferred during it.
+	if elapsed := now.Sub(ts.drainedAt); elapsed > 0 {
+		ts.backlog = max(0, ts.backlog-float64(elapsed)/float64(step))
+		ts.drainedAt = now
+	}
+	ts.backlog++
+	due := now.Add(time.Duration(ts.backlog * float64(step)))
+	ts.next = maxTime(ts.next, due)
 	g.forget(tenant, ts)
 	return due
 }

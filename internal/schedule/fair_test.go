@@ -180,6 +180,42 @@ func TestDeferHandsOutTheTenantsNextSlotsOneAfterTheOther(t *testing.T) {
 	require.Equal(t, now.Add(time.Minute/4), third)
 }
 
+// Reservations are counted at the tenant's current pace: those handed out
+// while its slots looked long (a stall), at that pace, do not put a
+// delivery deferred once they are short again behind them.
+func TestDeferFollowsTheTenantsCurrentPace(t *testing.T) {
+	t.Parallel()
+	g := NewGate(GateConfig{Slots: 4, Wait: time.Millisecond})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g.now = func() time.Time { return now }
+	a := uuid.New()
+	held := enterN(t, g, a, 4)
+	g.tenants[a].hold = 4 * time.Millisecond
+	// A 2-s stall: its four slots look 2 s long, one frees every 500 ms.
+	now = now.Add(2 * time.Second)
+	var last time.Time
+	for range 20 {
+		last = g.Defer(a)
+	}
+	require.Equal(t, now.Add(10*time.Second), last)
+
+	// The stall is over: for 100 ms its slots come back every 4 ms, and
+	// the moving average forgets the stall.
+	for range 25 {
+		now = now.Add(4 * time.Millisecond)
+		for i := range held {
+			held[i].Done()
+			held[i] = g.Enter(context.Background(), a)
+			require.NotNil(t, held[i])
+		}
+	}
+	require.InDelta(t, float64(4*time.Millisecond), float64(g.tenants[a].hold), float64(time.Millisecond))
+	g.tenants[a].hold = 4 * time.Millisecond
+	// One every 1 ms at its pace now: the 20 were served in the 100 ms.
+	require.Equal(t, now.Add(time.Millisecond), g.Defer(a))
+	require.Equal(t, now.Add(2*time.Millisecond), g.Defer(a))
+}
+
 func TestAnIdleTenantIsForgotten(t *testing.T) {
 	t.Parallel()
 	g := NewGate(GateConfig{Slots: 4, Wait: time.Millisecond})
