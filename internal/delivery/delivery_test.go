@@ -178,8 +178,41 @@ func TestOutdatedHostReservations(t *testing.T) {
 		hooks, step := l.outdated("h", now.Add(time.Second))
 		require.ElementsMatch(t, []uuid.UUID{a, b}, hooks)
 		require.Equal(t, 400*time.Microsecond, step, "the latest request's hold over 5 connections")
+		require.Equal(t, 2*time.Millisecond, l.host("h").hold, "the moving average forgets the stall")
 		hooks, _ = l.outdated("h", now.Add(time.Second))
 		require.Empty(t, hooks, "reported once")
+	})
+
+	t.Run("at most once per cooldown", func(t *testing.T) {
+		t.Parallel()
+		l := newHostLimiter(5, time.Millisecond)
+		l.host("h").hold = time.Millisecond
+		// stallAt parks a's deliveries in a 2-s stall at, ended at once by
+		// a request of 1 ms, and asks for the outdated ones at.
+		stallAt := func(at time.Time) []uuid.UUID {
+			end := stall(l, "h", at, 2*time.Second)
+			for range 20 {
+				l.freeAt("h", a, at)
+			}
+			end(time.Millisecond)
+			hooks, _ := l.outdated("h", at)
+			return hooks
+		}
+		require.Equal(t, []uuid.UUID{a}, stallAt(now))
+		// Another stall 5 s later: within the 10-s cooldown, not reported
+		// until it has passed.
+		require.Empty(t, stallAt(now.Add(5*time.Second)))
+		hooks, _ := l.outdated("h", now.Add(10*time.Second))
+		require.Equal(t, []uuid.UUID{a}, hooks)
+		// A report within twice the cooldown of the one before doubles it:
+		// the next may come 20 s later, not 10.
+		require.Empty(t, stallAt(now.Add(25*time.Second)))
+		hooks, _ = l.outdated("h", now.Add(30*time.Second))
+		require.Equal(t, []uuid.UUID{a}, hooks)
+		// One after a quiet spell of twice the cooldown brings it back to
+		// 10 s.
+		require.Equal(t, []uuid.UUID{a}, stallAt(now.Add(5*time.Minute)))
+		require.Equal(t, hastenCooldown, l.host("h").cooldown)
 	})
 
 	t.Run("a hanging host", func(t *testing.T) {
@@ -187,16 +220,16 @@ func TestOutdatedHostReservations(t *testing.T) {
 		l := newHostLimiter(5, time.Millisecond)
 		h := l.host("h")
 		h.hold, h.last = 10*time.Second, 10*time.Second
-		// Its requests in flight are up to 8 s old, one every 2 s.
-		for i := range 5 {
+		// Four of its requests in flight, up to 6 s old, one every 2 s.
+		for i := range 4 {
 			start := now.Add(-time.Duration(i) * 2 * time.Second)
 			h.started[&start] = struct{}{}
 		}
 		for range 10 {
 			l.freeAt("h", a, now)
 		}
-		// One of its requests comes back at once (a 404, say): the others
-		// still hang.
+		// Its fifth comes back at once (a 404, say): the others still
+		// hang.
 		h.last = time.Millisecond
 		hooks, _ := l.outdated("h", now.Add(time.Second))
 		require.Empty(t, hooks)

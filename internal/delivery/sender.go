@@ -326,11 +326,25 @@ type hostSlots struct {
 	// parkedUntil the latest of those reservations.
 	parked      map[uuid.UUID]struct{}
 	parkedUntil time.Time
+	// hastenedAt is when outdated last reported the host, and cooldown
+	// how long it waits before it reports the host again: doubled when a
+	// report comes within twice the cooldown of the one before (a host
+	// whose answers are uneven, fast ones among slow, looks fast again
+	// and again), back to hastenCooldown otherwise.
+	hastenedAt time.Time
+	cooldown   time.Duration
 }
 
 // defaultHostWait is how long a request waits for a connection when the
 // configuration says nothing.
 const defaultHostWait = 500 * time.Millisecond
+
+// hastenCooldown is the shortest time between two reports of a host by
+// outdated, maxHastenCooldown the longest.
+const (
+	hastenCooldown    = 10 * schedule.ParkAfter
+	maxHastenCooldown = 5 * time.Minute
+)
 
 // maxParkedWebhooks bounds the webhooks a host remembers for revising its
 // parked reservations; deliveries of others keep their reservation.
@@ -453,11 +467,15 @@ func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time
 // (step) to space their new times by. They are outdated when, while a
 // request parked a ParkAfter or more ahead still waits, the host has
 // become fast enough to serve every reservation still waiting within half
-// of ParkAfter: the latest request came back that fast and none in flight
-// is older (a stall that made the host look slow is over). The moving
-// average that freeAt goes by still remembers the stall; this does not.
+// of ParkAfter, judged by the latest request to come back and by the
+// requests in flight (none may be older): a stall that made the host look
+// slow is over. The moving average that freeAt goes by still remembers
+// the stall; it is set to the host's pace when the host is reported.
 // Nothing while a request in flight is as old as the host was slow, so a
-// hanging host's deferred deliveries keep their turn.
+// hanging host's deferred deliveries keep their turn; and a host is
+// reported at most once per cooldown, so that one whose answers are
+// uneven does not have its parked deliveries brought forward, to be
+// deferred again, at every fast answer.
 func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID, step time.Duration) {
 	h := l.host(host)
 	l.mu.Lock()
@@ -467,22 +485,33 @@ func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID
 	}
 	if !h.parkedUntil.After(now.Add(schedule.ParkAfter)) {
 		// The last parked reservation is near: nothing to gain.
-		clear(h.parked)
+		h.parked = nil
 		return nil, 0
 	}
 	pace := h.last
 	for start := range h.started {
 		pace = max(pace, now.Sub(*start))
 	}
-	step = max(pace, time.Millisecond) / time.Duration(max(l.max, 1))
+	pace = max(pace, time.Millisecond)
+	step = pace / time.Duration(max(l.max, 1))
 	waiting := max(0, h.backlog-float64(now.Sub(h.drainedAt))/float64(step))
 	if time.Duration(waiting*float64(step)) >= schedule.ParkAfter/2 {
 		return nil, 0
 	}
+	since := now.Sub(h.hastenedAt)
+	if since < h.cooldown {
+		return nil, 0
+	}
+	if h.hastenedAt.IsZero() || since >= 2*h.cooldown {
+		h.cooldown = hastenCooldown
+	} else {
+		h.cooldown = min(2*h.cooldown, maxHastenCooldown)
+	}
+	h.hastenedAt = now
 	for id := range h.parked {
 		webhooks = append(webhooks, id)
 	}
-	clear(h.parked)
-	h.parkedUntil = time.Time{}
+	h.parked, h.parkedUntil = nil, time.Time{}
+	h.hold, h.backlog, h.drainedAt = pace, waiting, now
 	return webhooks, step
 }

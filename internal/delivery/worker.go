@@ -283,8 +283,12 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		// is sent later than that slot, never earlier, and draws no other.
 		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, t.WebhookID, answered), w.guard != nil)
 	}
-	if hooks, step := w.sender.OutdatedReservations(j.URL, answered); len(hooks) > 0 {
-		w.hasten(ctx, log, hooks, step)
+	if res.Category == "" {
+		// A 2xx: the host answered, and in time. A fast failure (refused,
+		// a quick 503) says nothing of when it will serve its deliveries.
+		if hooks, step := w.sender.OutdatedReservations(j.URL, answered); len(hooks) > 0 {
+			w.hasten(ctx, log, hooks, step)
+		}
 	}
 	if w.guard != nil {
 		w.guard.observe(context.WithoutCancel(ctx), t, j, res, probe, circuit, answered)

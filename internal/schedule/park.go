@@ -124,10 +124,12 @@ func Park(ctx context.Context, q db.Querier, ps []Parking) ([]bool, error) {
 // hastenSQL brings forward deliveries of the webhooks $1 parked for a busy
 // host whose reservations the host no longer needs (see Hasten): in the
 // order of their reservations, one every $2 microseconds from now, each
-// only if that is earlier than its reservation; at most $3 of them. Rows a
-// waker holds at the moment (it is publishing them) are skipped, and the
-// rest are locked in the order the wakers claim them, so the two never
-// deadlock. They are found through deliveries_host_parked_idx.
+// only if that is earlier than its reservation; at most $3 of them. Rows
+// another transaction holds at the moment (a waker publishing them, say)
+// are skipped, and the update touches only the rows claimed, so it never
+// waits for a lock and cannot deadlock. They are found through
+// deliveries_host_parked_idx. now() is the transaction's start: run it on
+// its own, not inside a longer transaction.
 const hastenSQL = `WITH claimed AS (
     SELECT id, next_attempt_at FROM deliveries
     WHERE webhook_id = ANY($1) AND park_reason = 'host_busy' AND status IN ('pending', 'retrying')
