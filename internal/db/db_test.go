@@ -109,20 +109,11 @@ func TestMigrateTwoProcessesAtOnce(t *testing.T) {
 // function that inserts a pending delivery of that event.
 func deliveryFixture(t *testing.T, pool *pgxpool.Pool) (newDelivery func() uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
-	tenantID, webhookID, eventID := uuid.New(), uuid.New(), uuid.New()
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenantID)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-		VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, webhookID, tenantID)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
-		VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, eventID, tenantID)
-	require.NoError(t, err)
+	seed := dbtest.Seed(t, pool, 1)
 	return func() uuid.UUID {
 		id := uuid.New()
-		_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
-			id, tenantID, eventID, webhookID)
+		_, err := pool.Exec(context.Background(), `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES ($1, $2, $3, $4, 'normal')`,
+			id, seed.Tenant, seed.Event, seed.Webhooks[0])
 		require.NoError(t, err)
 		return id
 	}

@@ -81,16 +81,9 @@ func TestEnqueueGivesUpAfterItsWait(t *testing.T) {
 func seedDeliveries(t *testing.T, pool *pgxpool.Pool, n int) []uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
-	tenant, hook, event := uuid.New(), uuid.New(), uuid.New()
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-VALUES ($1, 't', 60, 60, 10, 10)`, tenant)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-VALUES ($1, $2, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, hook, tenant)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
-VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, event, tenant)
-	require.NoError(t, err)
+	seed := dbtest.Seed(t, pool, 1)
+	tenant, hook, event := seed.Tenant, seed.Webhooks[0], seed.Event
+	var err error
 	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7())

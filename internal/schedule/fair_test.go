@@ -148,6 +148,21 @@ func TestWaitersPerTenantAreBounded(t *testing.T) {
 	require.Less(t, time.Since(start), 30*time.Second)
 }
 
+// turnOver gives back every slot of held and takes a new one for tenant in
+// its place, rounds times, moving the gate's clock with tick before each
+// round.
+func turnOver(t *testing.T, g *Gate, tenant uuid.UUID, held []*Slot, rounds int, tick func()) {
+	t.Helper()
+	for range rounds {
+		tick()
+		for i := range held {
+			held[i].Done()
+			held[i] = g.Enter(context.Background(), tenant)
+			require.NotNil(t, held[i])
+		}
+	}
+}
+
 func TestDeferHandsOutTheTenantsNextSlotsOneAfterTheOther(t *testing.T) {
 	t.Parallel()
 	g := NewGate(GateConfig{Slots: 4, Wait: time.Millisecond})
@@ -157,14 +172,7 @@ func TestDeferHandsOutTheTenantsNextSlotsOneAfterTheOther(t *testing.T) {
 	held := enterN(t, g, a, 4)
 	// Each slot is held 8 s: the moving average reaches 8 s from its 100 ms
 	// start only slowly, so set it through many slots.
-	for range 25 {
-		now = now.Add(8 * time.Second)
-		for i := range held {
-			held[i].Done()
-			held[i] = g.Enter(context.Background(), a)
-			require.NotNil(t, held[i])
-		}
-	}
+	turnOver(t, g, a, held, 25, func() { now = now.Add(8 * time.Second) })
 	hold := g.tenants[a].hold
 	require.InDelta(t, float64(8*time.Second), float64(hold), float64(50*time.Millisecond))
 	// 4 slots of about 8 s: one frees every 2 s.
@@ -201,14 +209,7 @@ func TestDeferFollowsTheTenantsCurrentPace(t *testing.T) {
 
 	// The stall is over: for 100 ms its slots come back every 4 ms, and
 	// the moving average forgets the stall.
-	for range 25 {
-		now = now.Add(4 * time.Millisecond)
-		for i := range held {
-			held[i].Done()
-			held[i] = g.Enter(context.Background(), a)
-			require.NotNil(t, held[i])
-		}
-	}
+	turnOver(t, g, a, held, 25, func() { now = now.Add(4 * time.Millisecond) })
 	require.InDelta(t, float64(4*time.Millisecond), float64(g.tenants[a].hold), float64(time.Millisecond))
 	g.tenants[a].hold = 4 * time.Millisecond
 	// One every 1 ms at its pace now: the 20 were served in the 100 ms.

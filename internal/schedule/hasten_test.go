@@ -16,24 +16,12 @@ import (
 // adds a delivery of hook parked for reason until in from now.
 func parkedFixture(t *testing.T, pool *pgxpool.Pool) (a, b uuid.UUID, park func(hook uuid.UUID, reason Reason, in time.Duration) uuid.UUID) {
 	t.Helper()
-	ctx := context.Background()
-	tenantID, eventID := uuid.New(), uuid.New()
-	a, b = uuid.New(), uuid.New()
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenantID)
-	require.NoError(t, err)
-	for _, hook := range []uuid.UUID{a, b} {
-		_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-			VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, hook, tenantID)
-		require.NoError(t, err)
-	}
-	_, err = pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
-		VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, eventID, tenantID)
-	require.NoError(t, err)
-	return a, b, func(hook uuid.UUID, reason Reason, in time.Duration) uuid.UUID {
+	seed := dbtest.Seed(t, pool, 2)
+	return seed.Webhooks[0], seed.Webhooks[1], func(hook uuid.UUID, reason Reason, in time.Duration) uuid.UUID {
 		id := uuid.New()
-		_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, parked_at, park_reason, next_attempt_at)
+		_, err := pool.Exec(context.Background(), `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, parked_at, park_reason, next_attempt_at)
 			VALUES ($1, $2, $3, $4, 'normal', now(), $5, now() + make_interval(secs => $6::float8))`,
-			id, tenantID, eventID, hook, string(reason), in.Seconds())
+			id, seed.Tenant, seed.Event, hook, string(reason), in.Seconds())
 		require.NoError(t, err)
 		return id
 	}

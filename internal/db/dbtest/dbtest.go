@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -176,4 +177,35 @@ func Prepared(t testing.TB, conn *pgxpool.Conn, sql string) bool {
 		t.Fatalf("list prepared statements: %v", err)
 	}
 	return n > 0
+}
+
+// Seeded is what Seed stored: a tenant, its webhooks and one event of it.
+type Seeded struct {
+	Tenant   uuid.UUID
+	Webhooks []uuid.UUID
+	Event    uuid.UUID
+}
+
+// Seed stores a tenant with the given number of webhooks (to
+// http://example.com/, for every event type) and one event, the rows a
+// delivery refers to, for tests that write deliveries directly.
+func Seed(t testing.TB, pool *pgxpool.Pool, webhooks int) Seeded {
+	t.Helper()
+	ctx := context.Background()
+	s := Seeded{Tenant: uuid.New(), Event: uuid.New()}
+	exec := func(sql string, args ...any) {
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 60, 60, 10, 10)`, s.Tenant)
+	for range webhooks {
+		id := uuid.New()
+		exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+VALUES ($1, $2, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, id, s.Tenant)
+		s.Webhooks = append(s.Webhooks, id)
+	}
+	exec(`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, s.Event, s.Tenant)
+	return s
 }
