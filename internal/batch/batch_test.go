@@ -378,7 +378,11 @@ func TestSparseRequestsWaitForTheBatchRunning(t *testing.T) {
 			<-release
 		}
 	})
+	// taken counts the requests a runner has taken from the queue (every
+	// one is shown to the urgency test, which ends no window here).
+	var taken atomic.Int32
 	b.Window(time.Hour).sparse(time.Millisecond, steppingClock(&step))
+	b.Urgent(func(int) bool { taken.Add(1); return false })
 	stop := start(b)
 
 	var wg sync.WaitGroup
@@ -391,7 +395,8 @@ func TestSparseRequestsWaitForTheBatchRunning(t *testing.T) {
 		if i == 0 {
 			require.Eventually(t, func() bool { return len(ran()) == 1 }, 5*time.Second, time.Millisecond, "the first batch runs at once")
 		} else {
-			require.Eventually(t, func() bool { return len(b.in) == 0 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return taken.Load() == int32(i+1) }, 5*time.Second, time.Millisecond,
+				"request %d taken into the second batch", i)
 		}
 	}
 	require.Equal(t, []int{1}, ran(), "the second batch waits for the first")
