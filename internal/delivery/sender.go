@@ -315,12 +315,9 @@ type hostSlots struct {
 	// last is how long the latest request to come back held its
 	// connection.
 	last time.Duration
-	// backlog is how many deferred requests are estimated to be waiting
-	// for a connection, as of drainedAt: each reservation adds one, and
-	// the host serves them one every step (see freeAt) at its current
-	// pace, not at the pace of when they were deferred.
-	backlog   float64
-	drainedAt time.Time
+	// backlog counts the deferred requests still waiting for a
+	// connection, served one every step (see freeAt) at its current pace.
+	backlog schedule.Backlog
 	// parked are the webhooks of requests deferred a ParkAfter or more
 	// (parked in Postgres, their reservation revisable by outdated), and
 	// parkedUntil the latest of those reservations.
@@ -413,25 +410,22 @@ func (l *hostLimiter) release(host string, token *time.Time) {
 	<-h.sem
 }
 
-// step is how often h frees a connection at its current pace: every
-// hold/max on average, where a request in flight for longer than the
-// average stands for hold (until requests have come back from a host that
-// turned slow, their age is all there is to go by). Call with l.mu held.
-func (l *hostLimiter) step(h *hostSlots, now time.Time) time.Duration {
-	hold := h.hold
+// pace is how long a request to h holds its connection, judged from base
+// (the moving average, or the latest request to come back): a request in
+// flight for longer stands for it (until requests have come back from a
+// host that turned slow, their age is all there is to go by). Call with
+// l.mu held.
+func pace(h *hostSlots, base time.Duration, now time.Time) time.Duration {
 	for start := range h.started {
-		hold = max(hold, now.Sub(*start))
+		base = max(base, now.Sub(*start))
 	}
-	return max(hold, time.Millisecond) / time.Duration(max(l.max, 1))
+	return max(base, time.Millisecond)
 }
 
-// drain takes from h's backlog the reservations served since it was last
-// drained, at the current step. Call with l.mu held.
-func (h *hostSlots) drain(now time.Time, step time.Duration) {
-	if elapsed := now.Sub(h.drainedAt); elapsed > 0 {
-		h.backlog = max(0, h.backlog-float64(elapsed)/float64(step))
-		h.drainedAt = now
-	}
+// step is how often a host frees one of its max connections when each is
+// held for pace.
+func (l *hostLimiter) step(pace time.Duration) time.Duration {
+	return pace / time.Duration(max(l.max, 1))
 }
 
 // freeAt returns when a request of webhook that found host busy should try
@@ -444,10 +438,7 @@ func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time
 	h := l.host(host)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	step := l.step(h, now)
-	h.drain(now, step)
-	h.backlog++
-	at := now.Add(time.Duration(h.backlog * float64(step)))
+	at := h.backlog.Reserve(now, l.step(pace(h, h.hold, now)))
 	if at.Sub(now) >= schedule.ParkAfter {
 		if h.parked == nil {
 			h.parked = map[uuid.UUID]struct{}{}
@@ -477,10 +468,10 @@ func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time
 // uneven does not have its parked deliveries brought forward, to be
 // deferred again, at every fast answer.
 func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID, step time.Duration) {
-	h := l.host(host)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(h.parked) == 0 {
+	h := l.hosts[host]
+	if h == nil || len(h.parked) == 0 {
 		return nil, 0
 	}
 	if !h.parkedUntil.After(now.Add(schedule.ParkAfter)) {
@@ -488,14 +479,9 @@ func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID
 		h.parked = nil
 		return nil, 0
 	}
-	pace := h.last
-	for start := range h.started {
-		pace = max(pace, now.Sub(*start))
-	}
-	pace = max(pace, time.Millisecond)
-	step = pace / time.Duration(max(l.max, 1))
-	waiting := max(0, h.backlog-float64(now.Sub(h.drainedAt))/float64(step))
-	if time.Duration(waiting*float64(step)) >= schedule.ParkAfter/2 {
+	current := pace(h, h.last, now)
+	step = l.step(current)
+	if time.Duration(h.backlog.Waiting(now, step)*float64(step)) >= schedule.ParkAfter/2 {
 		return nil, 0
 	}
 	since := now.Sub(h.hastenedAt)
@@ -512,6 +498,7 @@ func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID
 		webhooks = append(webhooks, id)
 	}
 	h.parked, h.parkedUntil = nil, time.Time{}
-	h.hold, h.backlog, h.drainedAt = pace, waiting, now
+	h.hold = current
+	h.backlog.Drain(now, step)
 	return webhooks, step
 }

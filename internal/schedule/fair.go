@@ -51,12 +51,9 @@ type tenantSlots struct {
 	// hold a slot; started are the slots in flight.
 	hold    time.Duration
 	started map[*Slot]struct{}
-	// backlog is how many of the tenant's deferred deliveries are
-	// estimated to be waiting for a slot, as of drainedAt: each Defer adds
-	// one, and they are served one every step (see Defer) at the tenant's
-	// current pace, not at the pace of when they were deferred.
-	backlog   float64
-	drainedAt time.Time
+	// backlog counts the tenant's deferred deliveries still waiting for a
+	// slot, served one every step (see Defer) at its current pace.
+	backlog Backlog
 	// next is the latest free slot handed out by Defer.
 	next time.Time
 }
@@ -184,15 +181,7 @@ func (g *Gate) Defer(tenant uuid.UUID) time.Time {
 		hold = max(hold, now.Sub(s.start))
 	}
 	step := max(hold, time.Millisecond) / time.Duration(max(ts.inFlight, 1))
-	// The deferrals still waiting are counted at this pace: a stall that
-	// made the tenant's slots look long for a moment does not put its
-	// deliveries deferred after it behind those deferred during it.
-	if elapsed := now.Sub(ts.drainedAt); elapsed > 0 {
-		ts.backlog = max(0, ts.backlog-float64(elapsed)/float64(step))
-		ts.drainedAt = now
-	}
-	ts.backlog++
-	due := now.Add(time.Duration(ts.backlog * float64(step)))
+	due := ts.backlog.Reserve(now, step)
 	ts.next = maxTime(ts.next, due)
 	g.forget(tenant, ts)
 	return due
