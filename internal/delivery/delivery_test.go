@@ -98,16 +98,16 @@ func TestHostFreeAtHandsOutTheNextConnections(t *testing.T) {
 	h := l.host("a")
 	h.hold = 8 * time.Second
 	now := time.Now()
-	first := l.freeAt("a", uuid.New(), now)
+	first := reserve(l, "a", uuid.New(), now)
 	require.Equal(t, now.Add(2*time.Second), first)
-	require.Equal(t, first.Add(2*time.Second), l.freeAt("a", uuid.New(), now))
+	require.Equal(t, first.Add(2*time.Second), reserve(l, "a", uuid.New(), now))
 
 	// A request in flight for 100 s: the host frees a connection every
 	// 25 s. The two reservations before were served in the minute since.
 	later := now.Add(time.Minute)
 	started := later.Add(-100 * time.Second)
 	h.started[&started] = struct{}{}
-	require.Equal(t, later.Add(25*time.Second), l.freeAt("a", uuid.New(), later))
+	require.Equal(t, later.Add(25*time.Second), reserve(l, "a", uuid.New(), later))
 }
 
 // stall puts max requests in flight to host, each started d before now,
@@ -129,6 +129,18 @@ func stall(l *hostLimiter, host string, now time.Time, d time.Duration) (end fun
 	}
 }
 
+// reserve is freeAt for a request whose parking, if it has one, is
+// written at once.
+func reserve(l *hostLimiter, host string, webhook uuid.UUID, now time.Time) time.Time {
+	at, parked := l.freeAt(host, webhook, now)
+	if parked {
+		l.mu.Lock()
+		l.hosts[host].writing--
+		l.mu.Unlock()
+	}
+	return at
+}
+
 // Reservations are counted at the host's current pace: those handed out
 // during a stall, at its pace, do not put a request deferred once the
 // host is fast again behind them.
@@ -141,7 +153,7 @@ func TestHostReservationsFollowTheCurrentPace(t *testing.T) {
 	end := stall(l, "a", now, 2*time.Second)
 	var last time.Time
 	for range 50 {
-		last = l.freeAt("a", uuid.New(), now)
+		last = reserve(l, "a", uuid.New(), now)
 	}
 	// 400 ms apart, as the stall shows the host: the 50th 20 s ahead.
 	require.Equal(t, now.Add(20*time.Second), last)
@@ -149,7 +161,7 @@ func TestHostReservationsFollowTheCurrentPace(t *testing.T) {
 	end(time.Millisecond)
 	later := now.Add(100 * time.Millisecond)
 	// One connection every 200 us: the 50 were served in the 100 ms since.
-	require.Equal(t, later.Add(200*time.Microsecond), l.freeAt("a", uuid.New(), later))
+	require.Equal(t, later.Add(200*time.Microsecond), reserve(l, "a", uuid.New(), later))
 }
 
 // Parked reservations are reported outdated, once, when the host has
@@ -167,9 +179,11 @@ func TestOutdatedHostReservations(t *testing.T) {
 		end := stall(l, "h", now, 2*time.Second)
 		// c's reservation, 400 ms ahead, goes through the delay tiers, not
 		// parked; a's and b's, from 1.2 s on, are parked.
-		require.Equal(t, now.Add(400*time.Millisecond), l.freeAt("h", c, now))
+		at, parked := l.freeAt("h", c, now)
+		require.Equal(t, now.Add(400*time.Millisecond), at)
+		require.False(t, parked)
 		for i := range 20 {
-			l.freeAt("h", []uuid.UUID{a, b}[i%2], now)
+			reserve(l, "h", []uuid.UUID{a, b}[i%2], now)
 		}
 		hooks, _ := l.outdated("h", now.Add(time.Second))
 		require.Empty(t, hooks, "the stall goes on: its requests are still in flight")
@@ -183,6 +197,30 @@ func TestOutdatedHostReservations(t *testing.T) {
 		require.Empty(t, hooks, "reported once")
 	})
 
+	t.Run("once the parkings are written", func(t *testing.T) {
+		t.Parallel()
+		l := newHostLimiter(5, time.Millisecond)
+		l.host("h").hold = time.Millisecond
+		end := stall(l, "h", now, 2*time.Second)
+		for range 10 {
+			reserve(l, "h", a, now)
+		}
+		// b's deferral in the stall's last moment: its parking is not yet
+		// in Postgres when the host answers fast again.
+		at, parked := l.freeAt("h", b, now)
+		require.True(t, parked)
+		require.Equal(t, now.Add(4400*time.Millisecond), at)
+		end(time.Millisecond)
+		hooks, _ := l.outdated("h", now.Add(time.Second))
+		require.Empty(t, hooks, "b's parking would keep its reservation")
+		hooks, step := l.written("h", now.Add(time.Second))
+		require.ElementsMatch(t, []uuid.UUID{a, b}, hooks)
+		require.Equal(t, 200*time.Microsecond, step)
+		hooks, _ = l.written("h", now.Add(time.Second))
+		require.Empty(t, hooks, "reported once")
+		require.Zero(t, l.host("h").writing)
+	})
+
 	t.Run("at most once per cooldown", func(t *testing.T) {
 		t.Parallel()
 		l := newHostLimiter(5, time.Millisecond)
@@ -192,7 +230,7 @@ func TestOutdatedHostReservations(t *testing.T) {
 		stallAt := func(at time.Time) []uuid.UUID {
 			end := stall(l, "h", at, 2*time.Second)
 			for range 20 {
-				l.freeAt("h", a, at)
+				reserve(l, "h", a, at)
 			}
 			end(time.Millisecond)
 			hooks, _ := l.outdated("h", at)
@@ -226,7 +264,7 @@ func TestOutdatedHostReservations(t *testing.T) {
 			h.started[&start] = struct{}{}
 		}
 		for range 10 {
-			l.freeAt("h", a, now)
+			reserve(l, "h", a, now)
 		}
 		// Its fifth comes back at once (a 404, say): the others still
 		// hang.
@@ -241,7 +279,7 @@ func TestOutdatedHostReservations(t *testing.T) {
 		h := l.host("h")
 		h.hold, h.last = 3*time.Second, 3*time.Second
 		for range 5 {
-			l.freeAt("h", a, now)
+			reserve(l, "h", a, now)
 		}
 		// 5 reservations 600 ms apart; a second later 3.3 are left: 2 s.
 		hooks, _ := l.outdated("h", now.Add(time.Second))
@@ -254,7 +292,7 @@ func TestOutdatedHostReservations(t *testing.T) {
 		l.host("h").hold = time.Millisecond
 		end := stall(l, "h", now, time.Second)
 		for range 6 {
-			l.freeAt("h", a, now) // 200 ms apart: the last, 1.2 s ahead, parked
+			reserve(l, "h", a, now) // 200 ms apart: the last, 1.2 s ahead, parked
 		}
 		end(time.Millisecond)
 		hooks, _ := l.outdated("h", now.Add(300*time.Millisecond))

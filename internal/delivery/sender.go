@@ -96,9 +96,17 @@ func NewSender(cfg SenderConfig, policy netguard.Policy) *Sender {
 }
 
 // HostFreeAt returns when a delivery of webhook to url that found its host
-// busy should try again (see hostLimiter.freeAt).
-func (s *Sender) HostFreeAt(url string, webhook uuid.UUID, now time.Time) time.Time {
+// busy should try again (see hostLimiter.freeAt), and whether that is a
+// ParkAfter or more ahead: its parking is then counted as being written
+// until ParkWritten is called for it.
+func (s *Sender) HostFreeAt(url string, webhook uuid.UUID, now time.Time) (time.Time, bool) {
 	return s.hosts.freeAt(hostKey(url), webhook, now)
+}
+
+// ParkWritten ends the writing of a parking counted by HostFreeAt (written
+// or not), and reports what OutdatedReservations would then.
+func (s *Sender) ParkWritten(url string, now time.Time) ([]uuid.UUID, time.Duration) {
+	return s.hosts.written(hostKey(url), now)
 }
 
 // OutdatedReservations reports, once, the webhooks whose deliveries are
@@ -323,6 +331,9 @@ type hostSlots struct {
 	// parkedUntil the latest of those reservations.
 	parked      map[uuid.UUID]struct{}
 	parkedUntil time.Time
+	// writing counts the parkings handed out by freeAt and not yet
+	// written (see written).
+	writing int
 	// hastenedAt is when outdated last reported the host, and cooldown
 	// how long it waits before it reports the host again: doubled when a
 	// report comes within twice the cooldown of the one before (a host
@@ -434,12 +445,17 @@ func (l *hostLimiter) step(pace time.Duration) time.Duration {
 // reservations still waiting are counted at the host's current pace, so
 // that a stall (the host's, or this machine's) that slowed it for a moment
 // does not put later requests behind reservations it no longer needs.
-func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time.Time {
+// parked says the reservation is a ParkAfter or more ahead: the request
+// is parked in Postgres, and counted as being written until written is
+// called for it.
+func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) (at time.Time, parked bool) {
 	h := l.host(host)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at := h.backlog.Reserve(now, l.step(pace(h, h.hold, now)))
-	if at.Sub(now) >= schedule.ParkAfter {
+	at = h.backlog.Reserve(now, l.step(pace(h, h.hold, now)))
+	parked = at.Sub(now) >= schedule.ParkAfter
+	if parked {
+		h.writing++
 		if h.parked == nil {
 			h.parked = map[uuid.UUID]struct{}{}
 		}
@@ -450,7 +466,20 @@ func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time
 			h.parkedUntil = at
 		}
 	}
-	return at
+	return at, parked
+}
+
+// written counts a parking that freeAt handed out as written (or given
+// up), and reports what outdated would then: the reservations a host
+// turned fast again no longer needs are brought forward only once every
+// parking that holds one is in Postgres, where they can be found.
+func (l *hostLimiter) written(host string, now time.Time) (webhooks []uuid.UUID, step time.Duration) {
+	l.mu.Lock()
+	if h := l.hosts[host]; h != nil && h.writing > 0 {
+		h.writing--
+	}
+	l.mu.Unlock()
+	return l.outdated(host, now)
 }
 
 // outdated reports, once, the webhooks whose deliveries host's parked
@@ -466,12 +495,13 @@ func (l *hostLimiter) freeAt(host string, webhook uuid.UUID, now time.Time) time
 // hanging host's deferred deliveries keep their turn; and a host is
 // reported at most once per cooldown, so that one whose answers are
 // uneven does not have its parked deliveries brought forward, to be
-// deferred again, at every fast answer.
+// deferred again, at every fast answer. Nothing either while a parking is
+// still being written (written reports the host once none is).
 func (l *hostLimiter) outdated(host string, now time.Time) (webhooks []uuid.UUID, step time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.hosts[host]
-	if h == nil || len(h.parked) == 0 {
+	if h == nil || len(h.parked) == 0 || h.writing > 0 {
 		return nil, 0
 	}
 	if !h.parkedUntil.After(now.Add(schedule.ParkAfter)) {

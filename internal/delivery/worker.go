@@ -281,7 +281,16 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		}
 		// The rate-limit slot this attempt was let in on goes with it: it
 		// is sent later than that slot, never earlier, and draws no other.
-		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, w.sender.HostFreeAt(j.URL, t.WebhookID, answered), w.guard != nil)
+		until, parked := w.sender.HostFreeAt(j.URL, t.WebhookID, answered)
+		d := w.deferTo(ctx, log, t, headers, schedule.HostBusy, until, w.guard != nil)
+		if parked {
+			// The last parking of a stall, written after the host's first
+			// fast answers, is brought forward too.
+			if hooks, step := w.sender.ParkWritten(j.URL, w.now()); len(hooks) > 0 {
+				w.hasten(ctx, log, hooks, step)
+			}
+		}
+		return d
 	}
 	if res.Category == "" {
 		// A 2xx: the host answered, and in time. A fast failure (refused,
