@@ -2,10 +2,14 @@ package delivery
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
@@ -27,4 +31,61 @@ func TestPrepareRunsEveryStatementOfADelivery(t *testing.T) {
 	var rows int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM delivery_attempts)`).Scan(&rows))
 	require.Zero(t, rows)
+}
+
+// The worker prepares its statements as it starts, on a new database
+// while its tables are still empty, and runs them from those generic
+// plans until the tables are next analyzed: the load must find each
+// delivery, its event and its webhook by key however many rows the tables
+// have come to hold since.
+func TestLoadPlannedOnEmptyTablesFindsRowsByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	_, err := db.AnalyzeStale(ctx, pool) // the worker's analyzer, at start
+	require.NoError(t, err)
+	st := &store{pool: pool}
+	hot, err := db.OpenHot(pool, db.HotPool{MaxConns: 1, Prepare: st.prepare, GenericPlans: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(hot.Close)
+	conn, err := hot.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var name string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE statement = $1`, loadJobsSQL).Scan(&name))
+
+	seed := dbtest.Seed(t, pool, 1)
+	insert := func(n int) (last uuid.UUID) {
+		t.Helper()
+		require.NoError(t, pool.QueryRow(ctx, `WITH ev AS (
+    INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+    SELECT uuidv7(), $1, 'a', gen_random_uuid()::text, '\x00', 'normal', json_build_object('pad', repeat('x', 1000))
+    FROM generate_series(1, $3::int) g RETURNING id, tenant_id
+), d AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority)
+    SELECT uuidv7(), tenant_id, id, $2, 'normal' FROM ev RETURNING id)
+SELECT id FROM d ORDER BY id DESC LIMIT 1`, seed.Tenant, seed.Webhooks[0], n).Scan(&last))
+		return last
+	}
+	load := func(id uuid.UUID) string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+pgx.Identifier{name}.Sanitize()+
+			`(ARRAY['`+id.String()+`']::uuid[])`)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	byKey := func(plan string) {
+		t.Helper()
+		require.Contains(t, plan, "Index Cond: (id = ANY ($1))", plan)
+		require.NotContains(t, plan, "Rows Removed by", plan)
+	}
+	byKey(load(insert(2000)))
+
+	// Analyzed while young (a slow start), then grown forty times over.
+	_, err = pool.Exec(ctx, `ANALYZE`)
+	require.NoError(t, err)
+	load(insert(50)) // planned again, on the new statistics
+	byKey(load(insert(2000)))
 }

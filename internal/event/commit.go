@@ -88,7 +88,7 @@ func (c *committer) submit(ctx context.Context, p *pending) error {
 const commitWait = 30 * time.Second
 
 func (c *committer) run(ctx context.Context) error {
-	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare}, c.log)
+	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare, IndexScans: true}, c.log)
 	if err != nil {
 		c.log.Warn("publish commits share the api's pool", "error", err)
 		return c.batch.Run(ctx)
