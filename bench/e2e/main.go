@@ -33,6 +33,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -63,6 +64,7 @@ func main() {
 	payload := flag.Int("payload", 1024, "approximate event data size in bytes")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	memprofile := flag.String("memprofile", "", "write a heap profile (with every allocation of the run, alloc_space) here at the end")
 	orderings := flag.String("ordering", "none", "comma-separated ordering_guarantee values to compare (none, per_event_type, strict); each gets its own tenant and webhooks")
 	tracings := flag.String("tracing", "", "comma-separated tracing configurations to compare: off, or the share of new traces sampled (1 for 100 %, 0.01 for 1 %); empty: off, not reported")
 	rounds := flag.Int("rounds", 1, "with -tracing: how many times to run every configuration, interleaved")
@@ -81,6 +83,9 @@ func main() {
 		}
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *memprofile != "" {
+		defer writeHeapProfile(*memprofile)
 	}
 
 	rc := newReceiver()
@@ -432,4 +437,19 @@ func (rc *receiver) collect() ([]time.Duration, int64) {
 		}
 	}
 	return append([]time.Duration(nil), rc.lat...), dup
+}
+
+// writeHeapProfile writes the heap profile to path: what the run allocated
+// (alloc_space, alloc_objects) and what it still holds.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		log.Print(err)
+	}
 }
