@@ -56,8 +56,8 @@ const analyzeLock = 0x686c_616e_6c7a // "hlanlz"
 
 const staleTablesSQL = `SELECT quote_ident(s.schemaname) || '.' || quote_ident(s.relname)
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-WHERE s.schemaname = current_schema() AND c.relkind = 'r' AND s.n_live_tup > 0
-  AND (c.reltuples < 0
+WHERE s.schemaname = current_schema() AND c.relkind = 'r'
+  AND ((c.reltuples < 0 AND s.n_live_tup > 0)
        OR s.n_mod_since_analyze > $1 + c.reltuples
        OR (s.n_mod_since_analyze > $1 + $2 * c.reltuples
            AND coalesce(greatest(s.last_analyze, s.last_autoanalyze), '-infinity') < now() - make_interval(secs => $3)))

@@ -307,6 +307,36 @@ func TestAnalyzeStaleWaitsForTheLastAnalysisToAgeUnlessTheTableDoubled(t *testin
 	require.Empty(t, under, "100 rows beside 1300 is under 50 + 10 %")
 }
 
+// A table once analyzed is analyzed again on its changes alone, even when
+// the count of its live rows is lost (statistics reset, crash recovery)
+// and only updates have come since.
+func TestAnalyzeStaleAfterStatisticsReset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, sql := range []string{
+		`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'reset-' || g, 60, 10, 10, 10 FROM generate_series(1, 200) g`,
+		`ANALYZE tenants`,
+		`SELECT pg_stat_force_next_flush()`,
+		`SELECT 1`,
+		`SELECT pg_stat_reset()`,
+		`UPDATE tenants SET rate_limit_rpm = 61`,
+		`SELECT pg_stat_force_next_flush()`,
+	} {
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	var live int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'tenants'::regclass`).Scan(&live))
+	require.Zero(t, live, "the count of live rows is gone")
+	stale, err := db.AnalyzeStaleAfter(ctx, pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"public.tenants"}, stale, "200 rows changed beside 200")
+}
+
 func TestAnalyzeStaleLeavesTheWorkToTheProcessHoldingTheLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -282,15 +282,17 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, t wire.Task, j j
 		// The rate-limit slot this attempt was let in on goes with it: it
 		// is sent later than that slot, never earlier, and draws no other.
 		until, parked := w.sender.HostFreeAt(j.URL, t.WebhookID, answered)
-		d := w.deferTo(ctx, log, t, headers, schedule.HostBusy, until, w.guard != nil)
 		if parked {
-			// The last parking of a stall, written after the host's first
-			// fast answers, is brought forward too.
-			if hooks, step := w.sender.ParkWritten(j.URL, w.now()); len(hooks) > 0 {
-				w.hasten(ctx, log, hooks, step)
-			}
+			// Counted as being written until deferTo is done with it, however
+			// it ends; the last parking of a stall, written after the host's
+			// first fast answers, is brought forward too.
+			defer func() {
+				if hooks, step := w.sender.ParkWritten(j.URL, w.now()); len(hooks) > 0 {
+					w.hasten(ctx, log, hooks, step)
+				}
+			}()
 		}
-		return d
+		return w.deferTo(ctx, log, t, headers, schedule.HostBusy, until, w.guard != nil)
 	}
 	if res.Category == "" {
 		// A 2xx: the host answered, and in time. A fast failure (refused,
