@@ -232,6 +232,10 @@ func TestEnsurePartitionsSkipsDaysInTheDefaultPartition(t *testing.T) {
 	require.Greater(t, partitions, 20, "the other days got their partitions")
 }
 
+// insertTenantsSQL inserts $1 tenants, named $2 followed by a number.
+const insertTenantsSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+SELECT gen_random_uuid(), $2 || g, 60, 10, 10, 10 FROM generate_series(1, $1::int) g`
+
 func TestAnalyzeStaleAnalyzesNewAndChangedTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -253,7 +257,7 @@ func TestAnalyzeStaleAnalyzesNewAndChangedTables(t *testing.T) {
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'analyze-' || g, 60, 10, 10, 10 FROM generate_series(1, 200) g`)
+	_, err = conn.Exec(ctx, insertTenantsSQL, 200, "analyze-")
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
 	require.NoError(t, err)
@@ -275,8 +279,7 @@ func TestAnalyzeStaleWaitsForTheLastAnalysisToAgeUnlessTheTableDoubled(t *testin
 	pool := dbtest.New(t)
 	insertTenants := func(n int) {
 		t.Helper()
-		_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-			SELECT gen_random_uuid(), 'analyze-' || g, 60, 10, 10, 10 FROM generate_series(1, $1::int) g`, n)
+		_, err := pool.Exec(ctx, insertTenantsSQL, n, "analyze-")
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
 		require.NoError(t, err)
@@ -317,8 +320,9 @@ func TestAnalyzeStaleAfterStatisticsReset(t *testing.T) {
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
+	_, err = conn.Exec(ctx, insertTenantsSQL, 200, "reset-")
+	require.NoError(t, err)
 	for _, sql := range []string{
-		`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'reset-' || g, 60, 10, 10, 10 FROM generate_series(1, 200) g`,
 		`ANALYZE tenants`,
 		`SELECT pg_stat_force_next_flush()`,
 		`SELECT 1`,
@@ -344,7 +348,7 @@ func TestAnalyzeStaleLeavesTheWorkToTheProcessHoldingTheLock(t *testing.T) {
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES (gen_random_uuid(), 't', 60, 10, 10, 10)`)
+	_, err = conn.Exec(ctx, insertTenantsSQL, 1, "t-")
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
 	require.NoError(t, err)
@@ -367,7 +371,7 @@ func TestGenericPlansFindRowsByKeyWhateverTheTableSizeWhenPlanned(t *testing.T) 
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	// A young table, analyzed with its first few rows.
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'young-' || g, 60, 10, 10, 10 FROM generate_series(1, 3) g`)
+	_, err := pool.Exec(ctx, insertTenantsSQL, 3, "young-")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `ANALYZE tenants`)
 	require.NoError(t, err)
@@ -391,7 +395,7 @@ func TestGenericPlansFindRowsByKeyWhateverTheTableSizeWhenPlanned(t *testing.T) 
 		require.NoError(t, err)
 	}
 
-	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) SELECT gen_random_uuid(), 'plan-' || g, 60, 10, 10, 10 FROM generate_series(1, 5000) g`)
+	_, err = pool.Exec(ctx, insertTenantsSQL, 5000, "plan-")
 	require.NoError(t, err)
 	plan := func(c *pgxpool.Conn) string {
 		rows, err := c.Query(ctx, `EXPLAIN EXECUTE lookup('{}')`)
