@@ -5,6 +5,7 @@
 package testwait
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -14,7 +15,9 @@ const Tick = 25 * time.Millisecond
 
 // Eventually polls cond every Tick until it holds. When timeout passes
 // first, it fails t with "not within <timeout>: " and msg formatted with
-// args, and stops the test.
+// args, and stops the test. An arg that is a non-nil pointer is formatted
+// as what it points to at the deadline, so that a message can show the
+// last value the condition saw.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
 	deadline := time.After(timeout)
@@ -23,8 +26,20 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 	for !cond() {
 		select {
 		case <-deadline:
-			t.Fatalf("not within %s: "+msg, append([]any{timeout}, args...)...)
+			t.Fatalf("not within %s: "+msg, append([]any{timeout}, pointees(args)...)...)
 		case <-tick.C:
 		}
 	}
+}
+
+// pointees returns args with each non-nil pointer replaced by its pointee.
+func pointees(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+		if v := reflect.ValueOf(a); v.Kind() == reflect.Pointer && !v.IsNil() {
+			out[i] = v.Elem().Interface()
+		}
+	}
+	return out
 }
