@@ -98,13 +98,19 @@ func (b *browser) waitText(sel, want string, timeout time.Duration) {
 	}, "%s to read %q (last %q)", sel, want, &last)
 }
 
-// screenshot saves the whole page as name.png.
+// screenshot saves the whole page as name.png. A page that reloads itself
+// can do so while the capture runs, which then never answers: the capture
+// is tried again, within a minute in all.
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	require.NoError(b.t, err)
+	var png []byte
+	var last error
+	testwait.Eventually(b.t, time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		png, last = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		return last == nil
+	}, "a screenshot of the page (last error %v)", &last)
 	require.NoError(b.t, os.WriteFile(filepath.Join(b.shot, name+".png"), png, 0o644))
 }
 
