@@ -236,6 +236,24 @@ func TestEnsurePartitionsSkipsDaysInTheDefaultPartition(t *testing.T) {
 const insertTenantsSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
 SELECT gen_random_uuid(), $2 || g, 60, 10, 10, 10 FROM generate_series(1, $1::int) g`
 
+// tenantsConn inserts n tenants named prefix followed by a number through a
+// connection of pool it keeps, runs then, in order, the statements given,
+// and returns the connection: statistics are flushed per connection.
+func tenantsConn(t *testing.T, pool *pgxpool.Pool, n int, prefix string, then ...string) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	_, err = conn.Exec(ctx, insertTenantsSQL, n, prefix)
+	require.NoError(t, err)
+	for _, sql := range then {
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	return conn
+}
+
 func TestAnalyzeStaleAnalyzesNewAndChangedTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -254,13 +272,7 @@ func TestAnalyzeStaleAnalyzesNewAndChangedTables(t *testing.T) {
 
 	// Rows beyond the threshold make a table stale; the statistics then
 	// count them, and it is not stale again until it changes.
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, insertTenantsSQL, 200, "analyze-")
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-	require.NoError(t, err)
+	tenantsConn(t, pool, 200, "analyze-", `SELECT pg_stat_force_next_flush()`)
 	stale, err := db.AnalyzeStale(ctx, pool)
 	require.NoError(t, err)
 	require.Equal(t, []string{"public.tenants"}, stale)
@@ -317,22 +329,13 @@ func TestAnalyzeStaleAfterStatisticsReset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, insertTenantsSQL, 200, "reset-")
-	require.NoError(t, err)
-	for _, sql := range []string{
+	conn := tenantsConn(t, pool, 200, "reset-",
 		`ANALYZE tenants`,
 		`SELECT pg_stat_force_next_flush()`,
 		`SELECT 1`,
 		`SELECT pg_stat_reset()`,
 		`UPDATE tenants SET rate_limit_rpm = 61`,
-		`SELECT pg_stat_force_next_flush()`,
-	} {
-		_, err = conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
+		`SELECT pg_stat_force_next_flush()`)
 	var live int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = 'tenants'::regclass`).Scan(&live))
 	require.Zero(t, live, "the count of live rows is gone")
@@ -345,15 +348,8 @@ func TestAnalyzeStaleLeavesTheWorkToTheProcessHoldingTheLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, insertTenantsSQL, 1, "t-")
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock(x'686c616e6c7a'::bigint)`)
-	require.NoError(t, err)
+	conn := tenantsConn(t, pool, 1, "t-", `SELECT pg_stat_force_next_flush()`,
+		`SELECT pg_advisory_lock(x'686c616e6c7a'::bigint)`)
 	tables, err := db.AnalyzeStale(ctx, pool)
 	require.NoError(t, err)
 	require.Empty(t, tables)
