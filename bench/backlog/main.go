@@ -46,6 +46,7 @@ func main() {
 	size := flag.Int("payload", 1024, "approximate event data size in bytes")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
+	report.FlushWrites()
 	ctx := context.Background()
 
 	bin, err := os.MkdirTemp("", "hookline-backlog-")

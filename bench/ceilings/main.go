@@ -33,6 +33,7 @@ func main() {
 	e2eEvents := flag.Int("e2e-events", 20_000, "events published for the end-to-end figure")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
+	report.FlushWrites()
 	ctx := context.Background()
 
 	rabbit, err := ceiling.RabbitMQ(ctx, queuetest.URL(), *messages, *size, 256)

@@ -72,6 +72,7 @@ func main() {
 	idleWait := flag.Duration("idle-wait", 0, "before each rate, wait at most this long for the machine to be less than 0.3 cores busy (other work on a shared machine); 0: do not wait")
 	pauseSpec := flag.String("pause", "", "AT:FOR: the receiver answers nothing for FOR, from AT into each rate's publishing (for example 5s:1s); empty: no pause")
 	flag.Parse()
+	report.FlushWrites()
 	hiccup, err := parsePause(*pauseSpec)
 	if err != nil {
 		log.Fatal(err)

@@ -34,6 +34,7 @@ func main() {
 	concurrency := flag.Int("concurrency", 256, "deliveries in flight per worker")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
+	report.FlushWrites()
 
 	table := report.Table{
 		Title:   "Isolation: healthy endpoints while others hang",

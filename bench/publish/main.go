@@ -47,6 +47,7 @@ func main() {
 	filters := flag.String("filters", "", "payload filter configurations to compare, run in turn: none, same (every webhook `data.amount > 100`), distinct (webhook i `data.amount > i`); every event matches them all")
 	rounds := flag.Int("rounds", 1, "with -filters, how many times the configurations run in turn")
 	flag.Parse()
+	report.FlushWrites()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {

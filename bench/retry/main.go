@@ -28,6 +28,7 @@ func main() {
 	n := flag.Int("deliveries", 1000, "deliveries, each failing twice")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
+	report.FlushWrites()
 	ctx := context.Background()
 
 	// The receiver fails the first two requests of every delivery.

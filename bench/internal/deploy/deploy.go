@@ -21,6 +21,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/hookline/hookline/bench/internal/report"
 )
 
 // Binaries is a directory holding the api, worker and dlq commands.
@@ -30,7 +32,7 @@ type Binaries struct {
 
 // Build compiles ./cmd/api, ./cmd/worker and ./cmd/dlq of the module in
 // src ("" or ".": the current directory) into a fresh temporary directory,
-// within ten minutes.
+// within ten minutes, and writes them to disk (report.FlushWrites).
 func Build(ctx context.Context, src string) (Binaries, error) {
 	dir, err := os.MkdirTemp("", "hookline-bin-")
 	if err != nil {
@@ -44,6 +46,7 @@ func Build(ctx context.Context, src string) (Binaries, error) {
 		_ = os.RemoveAll(dir)
 		return Binaries{}, fmt.Errorf("go build ./cmd/api ./cmd/worker ./cmd/dlq: %w\n%s", err, out)
 	}
+	report.FlushWrites()
 	return Binaries{Dir: dir}, nil
 }
 
