@@ -46,7 +46,6 @@ func main() {
 	size := flag.Int("payload", 1024, "approximate event data size in bytes")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
-	report.FlushWrites()
 	ctx := context.Background()
 
 	bin, err := os.MkdirTemp("", "hookline-backlog-")
@@ -57,6 +56,7 @@ func main() {
 	if out, err := exec.Command("go", "build", "-o", bin+"/", "./cmd/api", "./cmd/worker").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
+	report.FlushWrites()
 	dbURL, drop, err := dbtest.Create(false)
 	if err != nil {
 		log.Fatal(err)

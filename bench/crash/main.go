@@ -41,7 +41,6 @@ func main() {
 	down := flag.Duration("down", time.Second, "how long it stays down before it is started again")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
-	report.FlushWrites()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, *proc, *rate, *duration, *killAt, *down, *out); err != nil {

@@ -93,7 +93,6 @@ func run(ctx context.Context) error {
 	logDir := flag.String("logs", "", "keep the processes' output in this directory (default: removed with the system)")
 	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
 	flag.Parse()
-	report.FlushWrites()
 	chosen, err := choose(*names)
 	if err != nil {
 		return err
