@@ -65,36 +65,39 @@ func (f *seriesFixture) series(tenant uuid.UUID, hook *uuid.UUID, window time.Du
 	return s
 }
 
-// bucketOf is the expected bucket at start: counts, then p50 and p95 when
-// there are attempts.
-func bucketOf(start time.Time, attempts, successes int64, ms ...float64) Bucket {
+// bucketOf is the expected bucket at start: counts, then the percentiles
+// of the durations ms as the rollups' histograms estimate them (the
+// estimate itself is tested in latency_test.go).
+func bucketOf(start time.Time, attempts, successes int64, ms ...int) Bucket {
 	b := Bucket{Start: start, Attempts: attempts, Successes: successes, Failures: attempts - successes}
-	if len(ms) == 2 {
-		b.P50MS, b.P95MS = &ms[0], &ms[1]
+	h := histogram{}
+	for _, d := range ms {
+		h[latencyBucket(d)]++
 	}
+	b.P50MS, b.P95MS = h.percentile(0.5), h.percentile(0.95)
 	return b
 }
 
 func TestSeriesCountsEachBucketOfTheWebhookAndTheTenant(t *testing.T) {
 	t.Parallel()
 	f := newSeriesFixture(t)
-	// Not on a bucket boundary, and with nanoseconds Postgres does not keep.
+	// Not on a minute: the window ends with now's minute.
 	now := time.Now().UTC().Add(-17*time.Second - 123456789)
-	end := now.Truncate(time.Microsecond)
+	end := now.Truncate(time.Minute).Add(time.Minute)
 	since := end.Add(-time.Hour)
 	at := func(minutes int) time.Time { return since.Add(time.Duration(minutes) * time.Minute) }
 
 	// Buckets of ten minutes, the first starting at since.
 	f.attempt(f.one, since, 200, 10)                       // 0: on the window's start, counted
 	f.attempt(f.one, at(5), 500, 30)                       // 0
-	f.attempt(f.one, at(9), 0, 20)                         // 0: no answer, a failure
+	f.attempt(f.one, at(9).Add(59*time.Second), 0, 20)     // 0: no answer, a failure
 	f.attempt(f.one, at(20), 201, 100)                     // 2: on a bucket's start, in that bucket
 	f.attempt(f.one, at(30), 200, 10)                      // 3
 	f.attempt(f.one, at(31), 204, 20)                      // 3
 	f.attempt(f.one, at(32), 299, 30)                      // 3
 	f.attempt(f.one, at(33), 300, 40)                      // 3: a redirect is no success
 	f.attempt(f.one, end.Add(-time.Microsecond), 502, 7)   // 5: the last moment in the window
-	f.attempt(f.one, end, 200, 1000)                       // at now: outside
+	f.attempt(f.one, end, 200, 1000)                       // at the end: outside
 	f.attempt(f.one, since.Add(-time.Microsecond), 200, 1) // before the window: outside
 	f.attempt(f.one, end.Add(-30*time.Hour), 200, 1)       // long before: outside
 	f.attempt(f.two, at(1), 200, 50)                       // the tenant's other webhook
@@ -107,23 +110,24 @@ func TestSeriesCountsEachBucketOfTheWebhookAndTheTenant(t *testing.T) {
 	require.Equal(t, end, hook.End)
 	require.Equal(t, 10*time.Minute, hook.Step)
 	require.Equal(t, []Bucket{
-		bucketOf(at(0), 3, 1, 20, 29),
+		bucketOf(at(0), 3, 1, 10, 30, 20),
 		bucketOf(at(10), 0, 0),
-		bucketOf(at(20), 1, 1, 100, 100),
-		bucketOf(at(30), 4, 3, 25, 38.5),
+		bucketOf(at(20), 1, 1, 100),
+		bucketOf(at(30), 4, 3, 10, 20, 30, 40),
 		bucketOf(at(40), 0, 0),
-		bucketOf(at(50), 1, 0, 7, 7),
+		bucketOf(at(50), 1, 0, 7),
 	}, hook.Buckets)
 
 	tenant := f.series(f.a, nil, time.Hour, 6, now)
 	require.Equal(t, []Bucket{
-		bucketOf(at(0), 4, 2, 25, 47),
+		bucketOf(at(0), 4, 2, 10, 30, 20, 50),
 		bucketOf(at(10), 0, 0),
-		bucketOf(at(20), 1, 1, 100, 100),
-		bucketOf(at(30), 4, 3, 25, 38.5),
+		bucketOf(at(20), 1, 1, 100),
+		bucketOf(at(30), 4, 3, 10, 20, 30, 40),
 		bucketOf(at(40), 0, 0),
-		bucketOf(at(50), 2, 1, 37, 64),
+		bucketOf(at(50), 2, 1, 7, 67),
 	}, tenant.Buckets)
+	require.InDelta(t, 25, *tenant.Buckets[3].P50MS, 25*0.1, "an estimate near the exact median")
 
 	rate := tenant.Buckets[3].SuccessRate()
 	require.NotNil(t, rate)
@@ -189,19 +193,20 @@ func TestSeriesRefusesWindowsThatDoNotDivide(t *testing.T) {
 	}{
 		{time.Hour, 60, true},
 		{24 * time.Hour, 96, true},
-		{time.Hour, MaxSeriesBuckets, true},
+		{24 * time.Hour, MaxSeriesBuckets, true},
 		{time.Hour, 1, true},
 		{time.Hour, 0, false},
 		{time.Hour, -1, false},
 		{24 * time.Hour, MaxSeriesBuckets + 1, false},
 		{0, 10, false},
 		{-time.Hour, 10, false},
-		{time.Hour, 7, false},                   // 8m34.285714285s
-		{time.Millisecond, 3, false},            // divides into nanoseconds only
-		{3 * time.Millisecond, 3000, false},     // a microsecond each, but too many
-		{3 * time.Millisecond, 1000, true},      // three microseconds each
-		{time.Hour + time.Nanosecond, 1, false}, // below Postgres's resolution
-		{time.Hour + time.Microsecond, 1, true}, // a bucket of a whole number of microseconds
+		{time.Hour, 7, false},               // 8m34.285714285s
+		{time.Hour, 120, false},             // half minutes, finer than the rollups
+		{time.Millisecond, 3, false},        // divides into nanoseconds only
+		{3 * time.Minute, 3, true},          // a minute each
+		{time.Hour + time.Second, 1, false}, // not whole minutes
+		{25 * time.Hour, 1500, false},       // a minute each, but too many
+		{time.Hour + time.Minute, 61, true}, // whole minutes
 	} {
 		step, err := seriesStep(tc.window, tc.buckets)
 		if !tc.ok {

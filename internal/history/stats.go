@@ -23,7 +23,7 @@ type Stats struct {
 }
 
 // StatsWindow covers the deliveries created and the attempts made in a
-// window ending now.
+// window of whole minutes ending with the current one.
 type StatsWindow struct {
 	WindowSeconds int `json:"window_seconds"`
 	// Deliveries counts the deliveries created in the window by their
@@ -41,76 +41,141 @@ const (
 	statsDay  = 24 * time.Hour
 )
 
-// The tenant's rows are found through its webhooks, whose indexes lead
-// with webhook_id; @tenant_id NULL means every tenant. Deliveries are
-// bounded by id as well as created_at so that the primary key limits the
-// rows read (ids are UUIDv7, see IDAt).
+// AllTenants is the scope of the rollups that count every tenant together.
+var AllTenants = uuid.Nil
+
+// Stats read the rollups (delivery_rollups, attempt_rollups and
+// dead_letter_rollups, kept by triggers as deliveries and attempts are
+// written): a window is its whole minutes, the current one included, so a
+// day is 1,440 rows of each of a scope's shards whatever the traffic.
 const (
-	statsWebhooks = `(@tenant_id::uuid IS NULL OR %s.webhook_id IN (SELECT w.id FROM webhooks w WHERE w.tenant_id = @tenant_id::uuid))`
+	statsDeliveriesSQL = `SELECT minute >= @hour, coalesce(sum(created), 0), coalesce(sum(retrying), 0),
+    coalesce(sum(succeeded), 0), coalesce(sum(exhausted), 0), coalesce(sum(cancelled), 0)
+FROM delivery_rollups WHERE scope_id = @scope AND minute >= @day
+GROUP BY 1`
 
-	statsDeliveriesSQL = `SELECT d.status, count(*), count(*) FILTER (WHERE d.created_at >= @hour)
-FROM deliveries d
-WHERE ` + "%s" + ` AND d.created_at >= @day AND d.id >= @day_id
-GROUP BY d.status`
+	statsAttemptsSQL = `SELECT minute >= @hour, sum(attempts), sum(successes)
+FROM attempt_rollups WHERE scope_id = @scope AND minute >= @day
+GROUP BY 1`
 
-	statsAttemptsSQL = `SELECT count(*), count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299),
-    round(percentile_cont(0.5) WITHIN GROUP (ORDER BY a.duration_ms)::numeric, 1)::float8,
-    round(percentile_cont(0.95) WITHIN GROUP (ORDER BY a.duration_ms)::numeric, 1)::float8,
-    round(percentile_cont(0.99) WITHIN GROUP (ORDER BY a.duration_ms)::numeric, 1)::float8,
-    count(*) FILTER (WHERE a.executed_at >= @hour),
-    count(*) FILTER (WHERE a.executed_at >= @hour AND a.status_code BETWEEN 200 AND 299),
-    round((percentile_cont(0.5) WITHIN GROUP (ORDER BY a.duration_ms) FILTER (WHERE a.executed_at >= @hour))::numeric, 1)::float8,
-    round((percentile_cont(0.95) WITHIN GROUP (ORDER BY a.duration_ms) FILTER (WHERE a.executed_at >= @hour))::numeric, 1)::float8,
-    round((percentile_cont(0.99) WITHIN GROUP (ORDER BY a.duration_ms) FILTER (WHERE a.executed_at >= @hour))::numeric, 1)::float8
-FROM delivery_attempts a
-WHERE ` + "%s" + ` AND a.executed_at >= @day`
+	statsLatencySQL = `SELECT minute >= @hour, l.key::int, sum(l.value::bigint)
+FROM attempt_rollups, jsonb_each_text(latency) AS l
+WHERE scope_id = @scope AND minute >= @day
+GROUP BY 1, 2`
 
-	statsDLQSQL = `SELECT count(*) FROM deliveries d
-WHERE d.status = 'exhausted' AND (@tenant_id::uuid IS NULL OR d.tenant_id = @tenant_id::uuid)
-  AND ` + NotRetried
+	statsDLQSQL = `SELECT coalesce(sum(exhausted - retried), 0) FROM dead_letter_rollups
+WHERE @tenant_id::uuid IS NULL OR tenant_id = @tenant_id::uuid`
 )
 
-var (
-	statsDeliveries = fmt.Sprintf(statsDeliveriesSQL, fmt.Sprintf(statsWebhooks, "d"))
-	statsAttempts   = fmt.Sprintf(statsAttemptsSQL, fmt.Sprintf(statsWebhooks, "a"))
-)
+// windowStart is the first minute of the window d ending with now's minute.
+func windowStart(now time.Time, d time.Duration) time.Time {
+	return now.UTC().Truncate(time.Minute).Add(-d + time.Minute)
+}
 
 // Stats returns the totals of tenantID, or of every tenant when it is nil.
 func (r *Reader) Stats(ctx context.Context, tenantID *uuid.UUID, now time.Time) (Stats, error) {
 	s := Stats{TenantID: tenantID, GeneratedAt: now.UTC(),
 		LastHour: newStatsWindow(statsHour), LastDay: newStatsWindow(statsDay)}
-	args := pgx.NamedArgs{"tenant_id": tenantID, "hour": now.Add(-statsHour), "day": now.Add(-statsDay),
-		"day_id": IDAt(now.Add(-statsDay - IDSlack))}
-
-	rows, err := r.pool.Query(ctx, statsDeliveries, args)
-	if err != nil {
-		return Stats{}, fmt.Errorf("stats: deliveries: %w", err)
+	scope := AllTenants
+	if tenantID != nil {
+		scope = *tenantID
 	}
-	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
-		var status wire.Status
-		var day, hour int64
-		if err := row.Scan(&status, &day, &hour); err != nil {
-			return struct{}{}, err
-		}
-		s.LastDay.Deliveries[status], s.LastHour.Deliveries[status] = day, hour
-		return struct{}{}, nil
-	})
-	if err != nil {
-		return Stats{}, fmt.Errorf("stats: deliveries: %w", err)
+	args := pgx.NamedArgs{"scope": scope, "tenant_id": tenantID,
+		"hour": windowStart(now, statsHour), "day": windowStart(now, statsDay)}
+	if err := r.statsDeliveries(ctx, args, &s); err != nil {
+		return Stats{}, err
 	}
-
-	d, h := &s.LastDay, &s.LastHour
-	if err := r.pool.QueryRow(ctx, statsAttempts, args).Scan(
-		&d.Attempts, &d.Successes, &d.LatencyMS.P50, &d.LatencyMS.P95, &d.LatencyMS.P99,
-		&h.Attempts, &h.Successes, &h.LatencyMS.P50, &h.LatencyMS.P95, &h.LatencyMS.P99); err != nil {
-		return Stats{}, fmt.Errorf("stats: attempts: %w", err)
+	if err := r.statsAttempts(ctx, args, &s); err != nil {
+		return Stats{}, err
 	}
-	d.SuccessRate, h.SuccessRate = rate(d.Successes, d.Attempts), rate(h.Successes, h.Attempts)
-
 	if err := r.pool.QueryRow(ctx, statsDLQSQL, args).Scan(&s.DLQSize); err != nil {
 		return Stats{}, fmt.Errorf("stats: dlq: %w", err)
 	}
 	return s, nil
+}
+
+// statsDeliveries fills the deliveries by state of both windows: the day's
+// rows are the hour's and the older ones.
+func (r *Reader) statsDeliveries(ctx context.Context, args pgx.NamedArgs, s *Stats) error {
+	rows, err := r.pool.Query(ctx, statsDeliveriesSQL, args)
+	if err != nil {
+		return fmt.Errorf("stats: deliveries: %w", err)
+	}
+	var recent bool
+	var created, retrying, succeeded, exhausted, cancelled int64
+	_, err = pgx.ForEachRow(rows, []any{&recent, &created, &retrying, &succeeded, &exhausted, &cancelled}, func() error {
+		for _, w := range windowsOf(s, recent) {
+			w.Deliveries[wire.Pending] += created - retrying - succeeded - exhausted - cancelled
+			w.Deliveries[wire.Retrying] += retrying
+			w.Deliveries[wire.Succeeded] += succeeded
+			w.Deliveries[wire.Exhausted] += exhausted
+			w.Deliveries[wire.Cancelled] += cancelled
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stats: deliveries: %w", err)
+	}
+	return nil
+}
+
+// statsAttempts fills the attempts, successes and latency of both windows.
+func (r *Reader) statsAttempts(ctx context.Context, args pgx.NamedArgs, s *Stats) error {
+	rows, err := r.pool.Query(ctx, statsAttemptsSQL, args)
+	if err != nil {
+		return fmt.Errorf("stats: attempts: %w", err)
+	}
+	var recent bool
+	var attempts, successes int64
+	_, err = pgx.ForEachRow(rows, []any{&recent, &attempts, &successes}, func() error {
+		for _, w := range windowsOf(s, recent) {
+			w.Attempts += attempts
+			w.Successes += successes
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stats: attempts: %w", err)
+	}
+	hour, day := histogram{}, histogram{}
+	rows, err = r.pool.Query(ctx, statsLatencySQL, args)
+	if err != nil {
+		return fmt.Errorf("stats: latency: %w", err)
+	}
+	var bucket int
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&recent, &bucket, &n}, func() error {
+		day[bucket] += n
+		if recent {
+			hour[bucket] += n
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("stats: latency: %w", err)
+	}
+	for _, x := range []struct {
+		w *StatsWindow
+		h histogram
+	}{{&s.LastHour, hour}, {&s.LastDay, day}} {
+		x.w.SuccessRate = rate(x.w.Successes, x.w.Attempts)
+		x.w.LatencyMS = latencyOf(x.h)
+	}
+	return nil
+}
+
+// windowsOf is the windows a row counts in: both when it is in the last
+// hour, else only the day.
+func windowsOf(s *Stats, recent bool) []*StatsWindow {
+	if recent {
+		return []*StatsWindow{&s.LastHour, &s.LastDay}
+	}
+	return []*StatsWindow{&s.LastDay}
+}
+
+// latencyOf is the percentiles of h.
+func latencyOf(h histogram) LatencyMS {
+	return LatencyMS{P50: h.percentile(0.5), P95: h.percentile(0.95), P99: h.percentile(0.99)}
 }
 
 func newStatsWindow(d time.Duration) StatsWindow {

@@ -1,0 +1,17 @@
+DROP INDEX IF EXISTS events_tenant_type_idx;
+DROP INDEX IF EXISTS deliveries_webhook_dead_letter_idx;
+DROP TRIGGER IF EXISTS attempts_rollup_insert ON delivery_attempts;
+DROP TRIGGER IF EXISTS deliveries_rollup_delete ON deliveries;
+DROP TRIGGER IF EXISTS deliveries_rollup_update ON deliveries;
+DROP TRIGGER IF EXISTS deliveries_rollup_insert ON deliveries;
+DROP FUNCTION IF EXISTS attempts_rollup_insert();
+DROP FUNCTION IF EXISTS deliveries_rollup_delete();
+DROP FUNCTION IF EXISTS deliveries_rollup_update();
+DROP FUNCTION IF EXISTS deliveries_rollup_insert();
+DROP FUNCTION IF EXISTS add_dead_letter_rollups(jsonb, jsonb);
+DROP FUNCTION IF EXISTS add_delivery_rollups(jsonb);
+DROP TABLE IF EXISTS dead_letter_rollups;
+DROP TABLE IF EXISTS attempt_rollups;
+DROP TABLE IF EXISTS delivery_rollups;
+DROP FUNCTION IF EXISTS jsonb_add_counts(jsonb, jsonb);
+DROP FUNCTION IF EXISTS latency_bucket(integer);
