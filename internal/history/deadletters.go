@@ -159,31 +159,102 @@ type DeadLetterCounts struct {
 	ByCategory map[string]int `json:"by_category"`
 }
 
-const deadLetterCountsSQL = `SELECT coalesce(d.failure_category, '` + UnknownCategory + `'), count(*)
+// The DLQ is counted from dead_letter_rollups by whole days of
+// exhaustion, and from the deliveries themselves for the part of a day
+// that a from or to cuts (through deliveries_dead_letter_order_idx, at
+// most a day's exhausted deliveries of the tenant): the rows read never
+// grow with the history.
+const (
+	deadLetterRollupSQL = `SELECT failure_category,
+    sum(exhausted) - CASE WHEN @include_retried THEN 0 ELSE sum(retried) END
+FROM dead_letter_rollups
+WHERE tenant_id = @tenant_id
+  AND (@webhook_ids::uuid[] IS NULL OR webhook_id = ANY(@webhook_ids::uuid[]))
+  AND (@event_types::text[] IS NULL OR event_type = ANY(@event_types::text[]))
+  AND (@categories::text[] IS NULL OR failure_category = ANY(@categories::text[]))
+  AND (@day_from::date IS NULL OR day >= @day_from::date)
+  AND (@day_to::date IS NULL OR day < @day_to::date)
+GROUP BY 1`
+
+	deadLetterCountsSQL = `SELECT coalesce(d.failure_category, '` + UnknownCategory + `'), count(*)
 FROM deliveries d JOIN events e ON e.id = d.event_id
 WHERE ` + DeadLetterWhere + `
   AND (@include_retried OR ` + NotRetried + `)
 GROUP BY 1`
+)
 
 // CountDeadLetters counts the DLQ entries q.Filter selects (its page fields
 // are ignored).
 func (r *Reader) CountDeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLetterQuery) (DeadLetterCounts, error) {
-	args := q.Filter.Args(tenantID)
-	args["include_retried"] = q.IncludeRetried
-	rows, err := r.pool.Query(ctx, deadLetterCountsSQL, args)
-	if err != nil {
-		return DeadLetterCounts{}, fmt.Errorf("count dead letters: %w", err)
-	}
 	c := DeadLetterCounts{ByCategory: map[string]int{}}
+	days, edges := dayParts(q.Filter.From, q.Filter.To)
+	if days != nil {
+		args := q.Filter.Args(tenantID)
+		args["include_retried"], args["day_from"], args["day_to"] = q.IncludeRetried, days[0], days[1]
+		if err := r.addCounts(ctx, deadLetterRollupSQL, args, &c); err != nil {
+			return DeadLetterCounts{}, err
+		}
+	}
+	for _, edge := range edges {
+		f := q.Filter
+		f.From, f.To = &edge[0], &edge[1]
+		args := f.Args(tenantID)
+		args["include_retried"] = q.IncludeRetried
+		if err := r.addCounts(ctx, deadLetterCountsSQL, args, &c); err != nil {
+			return DeadLetterCounts{}, err
+		}
+	}
+	for category, n := range c.ByCategory {
+		if n == 0 {
+			delete(c.ByCategory, category)
+		}
+	}
+	return c, nil
+}
+
+func (r *Reader) addCounts(ctx context.Context, sql string, args pgx.NamedArgs, c *DeadLetterCounts) error {
+	rows, err := r.pool.Query(ctx, sql, args)
+	if err != nil {
+		return fmt.Errorf("count dead letters: %w", err)
+	}
 	var category string
 	var n int
 	_, err = pgx.ForEachRow(rows, []any{&category, &n}, func() error {
-		c.ByCategory[category] = n
+		c.ByCategory[category] += n
 		c.Total += n
 		return nil
 	})
 	if err != nil {
-		return DeadLetterCounts{}, fmt.Errorf("count dead letters: %w", err)
+		return fmt.Errorf("count dead letters: %w", err)
 	}
-	return c, nil
+	return nil
+}
+
+// dayParts cuts [from, to) (either end open when nil) into the whole UTC
+// days inside it, [days[0], days[1]) with a nil bound for an open end, nil
+// when there is none, and the edges outside those days, each within one
+// day.
+func dayParts(from, to *time.Time) (days []*time.Time, edges [][2]time.Time) {
+	var dayFrom, dayTo *time.Time
+	if from != nil {
+		d := from.UTC().Truncate(24 * time.Hour)
+		if d.Before(*from) {
+			d = d.Add(24 * time.Hour)
+		}
+		dayFrom = &d
+	}
+	if to != nil {
+		d := to.UTC().Truncate(24 * time.Hour)
+		dayTo = &d
+	}
+	if dayFrom != nil && dayTo != nil && !dayFrom.Before(*dayTo) {
+		return nil, [][2]time.Time{{*from, *to}}
+	}
+	if from != nil && from.Before(*dayFrom) {
+		edges = append(edges, [2]time.Time{*from, *dayFrom})
+	}
+	if to != nil && dayTo.Before(*to) {
+		edges = append(edges, [2]time.Time{*dayTo, *to})
+	}
+	return []*time.Time{dayFrom, dayTo}, edges
 }

@@ -114,7 +114,7 @@ BEGIN
     END IF;
     PERFORM add_dead_letter_rollups(
         (SELECT jsonb_agg(x) FROM (
-            SELECT n.tenant_id, (n.completed_at AT TIME ZONE 'UTC')::date AS day, n.webhook_id, e.event_type,
+            SELECT n.tenant_id, (coalesce(n.completed_at, now()) AT TIME ZONE 'UTC')::date AS day, n.webhook_id, e.event_type,
                 coalesce(n.failure_category, 'unknown') AS failure_category, count(*) AS exhausted, 0 AS retried
             FROM new_rows n JOIN events e ON e.id = n.event_id
             WHERE n.status = 'exhausted'
@@ -122,7 +122,7 @@ BEGIN
         -- An exhausted delivery retried for the first time: no other
         -- delivery retries it than those of this statement.
         (SELECT jsonb_agg(x) FROM (
-            SELECT o.tenant_id, (o.completed_at AT TIME ZONE 'UTC')::date AS day, o.webhook_id, e.event_type,
+            SELECT o.tenant_id, (coalesce(o.completed_at, now()) AT TIME ZONE 'UTC')::date AS day, o.webhook_id, e.event_type,
                 coalesce(o.failure_category, 'unknown') AS failure_category, 0 AS exhausted, count(*) AS retried
             FROM deliveries o JOIN events e ON e.id = o.event_id
             WHERE o.id IN (SELECT n.retry_of FROM new_rows n WHERE n.retry_of IS NOT NULL)
@@ -153,7 +153,7 @@ BEGIN
     END IF;
     PERFORM add_dead_letter_rollups(
         (SELECT jsonb_agg(x) FROM (
-            SELECT n.tenant_id, (n.completed_at AT TIME ZONE 'UTC')::date AS day, n.webhook_id, e.event_type,
+            SELECT n.tenant_id, (coalesce(n.completed_at, now()) AT TIME ZONE 'UTC')::date AS day, n.webhook_id, e.event_type,
                 coalesce(n.failure_category, 'unknown') AS failure_category, count(*) AS exhausted,
                 count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = n.id)) AS retried
             FROM new_rows n JOIN old_rows o ON o.id = n.id JOIN events e ON e.id = n.event_id
@@ -163,21 +163,38 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- A deleted delivery (retention, or its tenant deleted) leaves the DLQ's
--- counts; the delivery rollups keep it, as history.
+-- A deleted delivery (retention) leaves the DLQ's counts, and a deleted
+-- retry that was its original's only one puts the original back in the
+-- DLQ; the delivery rollups keep both, as history. Row by row and before
+-- the delete, while the links between retries and originals (which the
+-- delete sets NULL) can still be read; only exhausted deliveries and
+-- retries fire it. A delivery deleted with its event (its tenant deleted)
+-- leaves nothing to count.
 CREATE FUNCTION deliveries_rollup_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM add_dead_letter_rollups(
-        (SELECT jsonb_agg(x) FROM (
-            SELECT o.tenant_id, (o.completed_at AT TIME ZONE 'UTC')::date AS day, o.webhook_id, e.event_type,
-                coalesce(o.failure_category, 'unknown') AS failure_category, -count(*) AS exhausted,
-                -count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = o.id)) AS retried
-            FROM old_rows o JOIN events e ON e.id = o.event_id
-            WHERE o.status = 'exhausted'
-            GROUP BY 1, 2, 3, 4, 5) AS x),
-        NULL);
-    RETURN NULL;
+    IF OLD.status = 'exhausted' THEN
+        PERFORM add_dead_letter_rollups(
+            (SELECT jsonb_agg(x) FROM (
+                SELECT OLD.tenant_id, (coalesce(OLD.completed_at, now()) AT TIME ZONE 'UTC')::date AS day,
+                    OLD.webhook_id, e.event_type, coalesce(OLD.failure_category, 'unknown') AS failure_category,
+                    -1 AS exhausted,
+                    -(EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = OLD.id))::int AS retried
+                FROM events e WHERE e.id = OLD.event_id) AS x),
+            NULL);
+    END IF;
+    IF OLD.retry_of IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = OLD.retry_of AND r.id <> OLD.id) THEN
+        PERFORM add_dead_letter_rollups(
+            (SELECT jsonb_agg(x) FROM (
+                SELECT o.tenant_id, (coalesce(o.completed_at, now()) AT TIME ZONE 'UTC')::date AS day,
+                    o.webhook_id, e.event_type, coalesce(o.failure_category, 'unknown') AS failure_category,
+                    0 AS exhausted, -1 AS retried
+                FROM deliveries o JOIN events e ON e.id = o.event_id
+                WHERE o.id = OLD.retry_of AND o.status = 'exhausted') AS x),
+            NULL);
+    END IF;
+    RETURN OLD;
 END $$;
 
 -- add_dead_letter_rollups adds both sets of rows (either may be NULL).
@@ -201,8 +218,9 @@ CREATE TRIGGER deliveries_rollup_insert AFTER INSERT ON deliveries
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION deliveries_rollup_insert();
 CREATE TRIGGER deliveries_rollup_update AFTER UPDATE ON deliveries
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION deliveries_rollup_update();
-CREATE TRIGGER deliveries_rollup_delete AFTER DELETE ON deliveries
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION deliveries_rollup_delete();
+CREATE TRIGGER deliveries_rollup_delete BEFORE DELETE ON deliveries
+    FOR EACH ROW WHEN (OLD.status = 'exhausted' OR OLD.retry_of IS NOT NULL)
+    EXECUTE FUNCTION deliveries_rollup_delete();
 
 -- The attempt log's trigger: each attempt counts for its webhook, its
 -- tenant and everyone, in the minute it was executed.
@@ -277,7 +295,7 @@ SELECT t.scope_id, t.minute, 0, t.attempts, t.successes, coalesce(e.errors, '{}'
 FROM totals t JOIN latency l USING (scope_id, minute) LEFT JOIN errors e USING (scope_id, minute);
 
 INSERT INTO dead_letter_rollups (tenant_id, day, webhook_id, event_type, failure_category, exhausted, retried)
-SELECT d.tenant_id, (d.completed_at AT TIME ZONE 'UTC')::date, d.webhook_id, e.event_type,
+SELECT d.tenant_id, (coalesce(d.completed_at, now()) AT TIME ZONE 'UTC')::date, d.webhook_id, e.event_type,
     coalesce(d.failure_category, 'unknown'), count(*),
     count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id))
 FROM deliveries d JOIN events e ON e.id = d.event_id
