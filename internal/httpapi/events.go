@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
 
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/metrics"
+	"github.com/hookline/hookline/internal/webhook"
 )
 
 // publishEvent accepts an event: 202 with its id and delivery count once it
@@ -188,10 +190,57 @@ func (s *Server) getEvent(c *gin.Context) {
 	c.JSON(http.StatusOK, e)
 }
 
-// findEvents looks an event up by its idempotency key; the answer is a list
-// of zero or one events.
+// findEvents lists the tenant's events, newest first, filtered by
+// event_type and created time (from inclusive, to exclusive); with
+// idempotency_key it looks that one event up instead, and the answer is a
+// list of zero or one events with their payloads and deliveries.
 func (s *Server) findEvents(c *gin.Context) {
-	key := c.Query("idempotency_key")
+	if key, ok := c.GetQuery("idempotency_key"); ok {
+		s.findEventByKey(c, key)
+		return
+	}
+	p, err := parsePage(c)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	f := event.ListFilter{Before: p.After, Limit: p.Limit + 1}
+	if et := c.Query("event_type"); et != "" {
+		if err := webhook.ValidateEventType(et); err != nil {
+			abort(c, fielderr.New("event_type", "%s", err.Error()))
+			return
+		}
+		f.EventType = &et
+	}
+	if f.From, err = parseTimeQuery(c, "from"); err != nil {
+		abort(c, err)
+		return
+	}
+	if f.To, err = parseTimeQuery(c, "to"); err != nil {
+		abort(c, err)
+		return
+	}
+	if f.From != nil && f.To != nil && !f.From.Before(*f.To) {
+		abort(c, fielderr.New("to", "must be after from"))
+		return
+	}
+	list, err := s.events.List(c.Request.Context(), principal(c).TenantID, f)
+	if err != nil {
+		abort(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, listResponse(list, p.Limit, func(e event.Summary) uuid.UUID { return e.ID }))
+}
+
+// findEventByKey answers GET /v1/events?idempotency_key=, which takes no
+// other filter.
+func (s *Server) findEventByKey(c *gin.Context, key string) {
+	for _, q := range []string{"event_type", "from", "to", "cursor", "limit"} {
+		if _, ok := c.GetQuery(q); ok {
+			abort(c, fielderr.New(q, "cannot be combined with idempotency_key, which names one event"))
+			return
+		}
+	}
 	if key == "" {
 		abort(c, fielderr.New("idempotency_key", "is required: GET /v1/events?idempotency_key=..."))
 		return

@@ -153,7 +153,8 @@ func TestPublishIdempotency(t *testing.T) {
 	require.Len(t, found.Body["data"], 1)
 	require.Equal(t, first.Body["id"], found.Body["data"].([]any)[0].(map[string]any)["id"])
 	require.Empty(t, e.do("GET", "/v1/events?idempotency_key=nope", key, nil).Body["data"])
-	require.Equal(t, "idempotency_key", e.do("GET", "/v1/events", key, nil).errField())
+	require.Equal(t, "idempotency_key", e.do("GET", "/v1/events?idempotency_key=", key, nil).errField())
+	require.Equal(t, "cursor", e.do("GET", "/v1/events?idempotency_key=order-7&cursor=x", key, nil).errField())
 }
 
 // Twenty concurrent publishes of one key create exactly one event; every
