@@ -52,17 +52,9 @@ WHERE tenant_id = $1 AND event_type = $7 AND id >= $2 AND id < $3
 ORDER BY id DESC LIMIT $6`
 )
 
-var maxID = uuid.UUID{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-
 // List returns a page of the tenant's events, newest first.
 func (s *Service) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]Summary, error) {
-	lower, upper := uuid.Nil, maxID
-	if f.From != nil {
-		lower = history.IDAt(f.From.Add(-history.IDSlack))
-	}
-	if f.To != nil {
-		upper = history.IDAt(f.To.Add(history.IDSlack))
-	}
+	lower, upper := history.IDBounds(f.From, f.To)
 	if f.Before != nil && idLess(*f.Before, upper) {
 		upper = *f.Before
 	}

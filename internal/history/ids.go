@@ -23,3 +23,19 @@ func IDAt(t time.Time) uuid.UUID {
 	id[8] = 0x80
 	return id
 }
+
+// MaxID is the greatest uuid, an id bound that excludes nothing.
+var MaxID = uuid.UUID{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// IDBounds are the id bounds [lower, upper) of rows created in [from, to)
+// (either nil for no bound), with IDSlack on each side.
+func IDBounds(from, to *time.Time) (lower, upper uuid.UUID) {
+	lower, upper = uuid.Nil, MaxID
+	if from != nil {
+		lower = IDAt(from.Add(-IDSlack))
+	}
+	if to != nil {
+		upper = IDAt(to.Add(IDSlack))
+	}
+	return lower, upper
+}

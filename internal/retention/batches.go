@@ -35,6 +35,16 @@ func (j *Job) prunePauses(ctx context.Context, c cutoffs, rep *Report) error {
 	return j.untilNone(ctx, &rep.Pauses, prunePausesSQL, c.attempts, j.cfg.BatchSize)
 }
 
+// pruneRollups deletes the rollups older than the attempt cutoff.
+func (j *Job) pruneRollups(ctx context.Context, c cutoffs, rep *Report) error {
+	for _, q := range []string{pruneDeliveryRollupsSQL, pruneAttemptRollupsSQL, pruneDeadLetterRollupsSQL} {
+		if err := j.untilNone(ctx, &rep.Rollups, q, c.attempts, j.cfg.BatchSize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // untilNone runs a deleting statement that removes a page at a time until
 // it removes nothing, adding what it removed to n.
 func (j *Job) untilNone(ctx context.Context, n *int64, query string, args ...any) error {

@@ -69,6 +69,9 @@ type Report struct {
 	// ended; Pauses the webhook pauses older than the attempt cutoff.
 	PortalSessions int64
 	Pauses         int64
+	// Rollups is the summary rows (stats, health, charts, DLQ counts) of
+	// minutes older than the attempt cutoff.
+	Rollups int64
 }
 
 // Run runs the job shortly after it starts, then every cfg.Interval, until
@@ -126,6 +129,7 @@ func (j *Job) Once(ctx context.Context, now time.Time) (Report, error) {
 		{"payloads", j.prunePayloads},
 		{"portal_sessions", j.pruneSessions},
 		{"webhook_pauses", j.prunePauses},
+		{"rollups", j.pruneRollups},
 	}
 	var errs []error
 	for _, s := range steps {
@@ -147,7 +151,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 	for kind, n := range map[string]int64{
 		"attempts": rep.Attempts, "attempt_partitions": rep.AttemptPartitions,
 		"deliveries": rep.Deliveries, "payloads": rep.Payloads, "events": rep.Events,
-		"portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses,
+		"portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses, "rollups": rep.Rollups,
 	} {
 		metrics.RetentionPruned.WithLabelValues(kind).Add(float64(n))
 	}
@@ -155,7 +159,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 		"attempts", rep.Attempts, "attempt_partitions", rep.AttemptPartitions,
 		"deliveries", rep.Deliveries, "payloads", rep.Payloads, "events", rep.Events,
 		"attempts_retained", rep.AttemptsRetained, "partitions_skipped", rep.PartitionsSkipped,
-		"portal_sessions", rep.PortalSessions, "webhook_pauses", rep.Pauses,
+		"portal_sessions", rep.PortalSessions, "webhook_pauses", rep.Pauses, "rollups", rep.Rollups,
 		"duration_ms", took.Milliseconds(),
 	}
 	if err != nil {

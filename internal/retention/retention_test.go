@@ -405,3 +405,39 @@ func TestOncePrunesEndedPortalSessionsAndOldPauses(t *testing.T) {
 	require.Equal(t, 2, pauses, "the recent pause and the one still going stay")
 	require.Contains(t, f.logs.String(), "portal_sessions=2")
 }
+
+// The rollups of minutes older than the attempt cutoff go; the recent ones
+// stay, and so does a DLQ rollup that still counts an unresolved entry,
+// however old. A DLQ rollup emptied by the deletes goes.
+func TestOncePrunesOldRollups(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now()
+	old, recent := now.Add(-100*24*time.Hour), now.Add(-time.Hour)
+	for _, at := range []time.Time{old, recent} {
+		f.delivery(f.event(at), at, "succeeded", nil, 1)
+	}
+	unresolved := f.delivery(f.event(old), old, "retrying", nil, 1)
+	resolved := f.delivery(f.event(old.Add(time.Minute)), old.Add(time.Minute), "retrying", nil, 1)
+	f.exec(`UPDATE deliveries SET status = 'exhausted', completed_at = created_at + interval '1 hour'
+		WHERE id IN ($1, $2)`, unresolved, resolved)
+	f.delivery(f.event(old.Add(2*time.Minute)), old.Add(2*time.Minute), "succeeded", &resolved, 1)
+	require.Equal(t, 2, f.count(`SELECT sum(exhausted) FROM dead_letter_rollups`))
+	rollups := func(table string, before time.Time) int {
+		return f.count(`SELECT count(*) FROM `+table+` WHERE minute < $1`, before)
+	}
+	require.Positive(t, rollups("delivery_rollups", now.Add(-90*24*time.Hour)))
+
+	rep, err := f.job().Once(f.ctx, now)
+	require.NoError(t, err)
+	require.Positive(t, rep.Rollups)
+	require.Zero(t, rollups("delivery_rollups", now.Add(-90*24*time.Hour)))
+	require.Zero(t, rollups("attempt_rollups", now.Add(-90*24*time.Hour)))
+	require.Positive(t, rollups("delivery_rollups", now.Add(time.Minute)), "the recent minutes stay")
+	require.Positive(t, rollups("attempt_rollups", now.Add(time.Minute)))
+	require.True(t, f.deliveryExists(unresolved))
+	require.False(t, f.deliveryExists(resolved))
+	require.Equal(t, 1, f.count(`SELECT count(*) FROM dead_letter_rollups`), "only the unresolved entry's row is left")
+	require.Equal(t, 1, f.count(`SELECT sum(exhausted - retried) FROM dead_letter_rollups`))
+	require.Contains(t, f.logs.String(), "rollups=")
+}
