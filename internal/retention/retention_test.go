@@ -85,6 +85,8 @@ func TestOnceRemovesOldDataAndKeepsWhatIsStillNeeded(t *testing.T) {
 	partitionsBefore := testutil.ToFloat64(metrics.RetentionPruned.WithLabelValues("attempt_partitions"))
 	rep, err := f.job().Once(f.ctx, now)
 	require.NoError(t, err)
+	require.Positive(t, rep.Rollups, "the old minutes' rollups went too (TestOncePrunesOldRollups checks which)")
+	rep.Rollups = 0
 	require.Equal(t, Report{
 		Attempts:          10 + 2, // the partition's 16 less the 6 kept; v1's two in the default partition
 		AttemptPartitions: 1,
@@ -303,6 +305,7 @@ func TestOnceLeavesABusyPartitionForTheNextRun(t *testing.T) {
 	job.lockTimeout = 100 * time.Millisecond
 	rep, err := job.Once(f.ctx, now)
 	require.NoError(t, err)
+	rep.Rollups = 0 // TestOncePrunesOldRollups
 	require.Equal(t, Report{Deliveries: 1, Events: 1, PartitionsSkipped: 1}, rep)
 	require.True(t, f.exists(part))
 	require.False(t, f.deliveryExists(done))
