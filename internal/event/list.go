@@ -38,8 +38,9 @@ type ListFilter struct {
 // events_tenant_type_idx (tenant_id, event_type, id) or the primary key
 // side of events_tenant_idx (tenant_id, id): ids are UUIDv7, so the time
 // bounds become id bounds (with history.IDSlack for clocks) and the rows
-// read are the page asked for, whatever the length of the history. The
-// bounds are always given, so that a generic plan keeps the index range.
+// read are the page asked for, whatever the length of the history.
+// Planned with each request's values (never a generic plan, which cannot
+// tell a narrow id range from the whole table).
 const (
 	listSummaryColumns = `id, event_type, source, idempotency_key, priority, replay_of, correlation_id, created_at`
 	listEventsSQL      = `SELECT ` + listSummaryColumns + ` FROM events
@@ -63,7 +64,7 @@ func (s *Service) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([
 	if f.EventType != nil {
 		sql, args = listEventsOfTypeSQL, append(args, *f.EventType)
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}

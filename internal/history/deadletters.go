@@ -133,11 +133,12 @@ LIMIT @limit`
 
 // DeadLetters returns a page of the tenant's DLQ in the order its
 // deliveries were exhausted, oldest first; q.After is the last delivery of
-// the previous page.
+// the previous page. Like List, planned with each request's values, so
+// that the plan reads the index the filters given call for.
 func (r *Reader) DeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLetterQuery) ([]DeadLetter, error) {
 	args := q.Filter.Args(tenantID)
 	args["include_retried"], args["after"], args["limit"] = q.IncludeRetried, q.After, q.Limit
-	rows, err := r.pool.Query(ctx, deadLettersSQL, args)
+	rows, err := r.pool.Query(ctx, deadLettersSQL, pgx.QueryExecModeDescribeExec, args)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
@@ -213,7 +214,7 @@ func (r *Reader) CountDeadLetters(ctx context.Context, tenantID uuid.UUID, q Dea
 }
 
 func (r *Reader) addCounts(ctx context.Context, sql string, args pgx.NamedArgs, c *DeadLetterCounts) error {
-	rows, err := r.pool.Query(ctx, sql, args)
+	rows, err := r.pool.Query(ctx, sql, pgx.QueryExecModeDescribeExec, args)
 	if err != nil {
 		return fmt.Errorf("count dead letters: %w", err)
 	}
