@@ -11,10 +11,11 @@ export PATH := $(PATH):/usr/local/go/bin
 run:
 	bash deploy/local/run.sh
 
-# Services and test tools first, then vet, lint and the tests.
+# Services and test tools first, then vet, lint, the OpenAPI linters and
+# the tests.
 # The tests leave nothing behind but the template database they clone
 # theirs from, which test-cleanup.sh drops, whatever the outcome.
-test: test-services vet lint
+test: test-services vet lint apilint
 	$(GO) test -race -count=1 -timeout 10m ./...; status=$$?; bash deploy/local/test-cleanup.sh; exit $$status
 
 build:
