@@ -35,12 +35,12 @@ echo "apilint: spectral $("$bin/spectral" --version) (spectral:oas)"
 "$bin/spectral" lint --fail-severity warn --ruleset "$here/.spectral.yaml" "$doc"
 
 # redocly lint fails on errors only: its totals decide, and on any problem
-# it is run again to print them readably.
+# (or when it gives no totals) it is run again to print them readably.
 echo "apilint: redocly $("$bin/redocly" --version 2>/dev/null) (recommended)"
 totals=$("$bin/redocly" lint --config "$here/redocly.yaml" --format json "$doc" 2>/dev/null |
   node -e 'let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
-    const t = JSON.parse(s).totals; console.log(`${t.errors} ${t.warnings} ${t.ignored}`); })')
-read -r errors warnings ignored <<<"$totals"
+    const t = JSON.parse(s).totals; console.log(`${t.errors} ${t.warnings} ${t.ignored}`); })') || totals=
+read -r errors warnings ignored <<<"${totals:-? ? ?}"
 if [ "$errors" != 0 ] || [ "$warnings" != 0 ] || [ "$ignored" != 0 ]; then
   "$bin/redocly" lint --config "$here/redocly.yaml" "$doc" || true
   echo "apilint: redocly found $errors errors, $warnings warnings ($ignored ignored) in $doc" >&2
