@@ -7,8 +7,9 @@
 # one apt-get install, when this is Debian and we are root; anywhere else
 # the script prints the command to run and stops. With --test it also
 # brings what the tests need besides the services: gcc (the race
-# detector), Chromium (the console's browser test) and promtool (the alert
-# rule checks); the last two are optional, their tests skip without them.
+# detector), Chromium (the browser tests of the console and of the API
+# reference at /docs) and promtool (the alert rule checks); the last two
+# are optional, their tests skip without them.
 set -euo pipefail
 
 log() { printf 'services: %s\n' "$*" >&2; }

@@ -147,6 +147,8 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/readyz", gin.WrapH(health.ReadyHandler(s.checks)))
 	r.GET("/metrics", gin.WrapH(promhttp.Handler()))
 	r.GET("/openapi.json", serveOpenAPI)
+	r.GET("/docs", serveReference)
+	r.GET("/docs/:file", serveReferenceFile)
 
 	// Admin routes: the admin token, or where named a service key acting
 	// for the tenant :id.
