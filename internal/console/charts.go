@@ -21,10 +21,10 @@ type chartWindow struct {
 }
 
 // chartWindows are the windows of the webhook and tenant pages: the last
-// hour by minute, the last day by quarter hour.
+// hour by minute, the last day by hour (hourly rollups).
 var chartWindows = []chartWindow{
 	{Name: "last hour", Window: time.Hour, Buckets: 60},
-	{Name: "last day", Window: 24 * time.Hour, Buckets: 96},
+	{Name: "last day", Window: 24 * time.Hour, Buckets: 24},
 }
 
 // chartSet is the three charts of one window: deliveries (succeeded and

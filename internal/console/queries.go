@@ -108,11 +108,8 @@ CROSS JOIN LATERAL (
     SELECT status_code, error, executed_at FROM delivery_attempts
     WHERE webhook_id = w.id AND tenant_id = @tenant_id
     ORDER BY executed_at DESC LIMIT 1) a`
-	// A range of delivery_attempts_webhook_idx: the last 24 hours only.
-	recentAttemptsSQL = `SELECT webhook_id, count(*), count(*) FILTER (WHERE status_code BETWEEN 200 AND 299)
-FROM delivery_attempts
-WHERE webhook_id = ANY(@webhook_ids::uuid[]) AND tenant_id = @tenant_id AND executed_at >= @since
-GROUP BY webhook_id`
+	// The last 24 hours of each webhook from its rollups: hourly rows for
+	// the whole hours, minute rows at the edges (history.Reader.Recent).
 )
 
 // summaries reads the last attempt and the 24-hour attempt counts of the
@@ -136,16 +133,12 @@ func (c *Console) summaries(ctx context.Context, tenantID uuid.UUID, ids []uuid.
 	}); err != nil {
 		return nil, fmt.Errorf("last attempts: %w", err)
 	}
-	rows, err = c.db.Query(ctx, recentAttemptsSQL, args)
+	recent, err := c.deliveries.RecentAttempts(ctx, tenantID, ids, 24*time.Hour, c.now())
 	if err != nil {
-		return nil, fmt.Errorf("recent attempts: %w", err)
+		return nil, err
 	}
-	var n, ok int
-	if _, err := pgx.ForEachRow(rows, []any{&id, &n, &ok}, func() error {
-		out[id].Attempts, out[id].Successes = n, ok
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("recent attempts: %w", err)
+	for id, n := range recent {
+		out[id].Attempts, out[id].Successes = int(n[0]), int(n[1])
 	}
 	return out, nil
 }

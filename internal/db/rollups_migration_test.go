@@ -71,31 +71,39 @@ func TestRollupsMigrationCountsTheExistingHistory(t *testing.T) {
 		same("deliveries by state per "+scope,
 			`SELECT scope_id::text || st, sum(n) FROM delivery_rollups r, LATERAL (VALUES ('c', r.created), ('r', r.retrying),
 				('s', r.succeeded), ('x', r.exhausted), ('z', r.cancelled), ('p', r.postponed)) v (st, n)
-				WHERE scope_id IN (SELECT `+scope+` FROM deliveries) GROUP BY scope_id, st`,
+				WHERE NOT hourly AND scope_id IN (SELECT `+scope+` FROM deliveries) GROUP BY scope_id, st`,
 			`SELECT `+scope+`::text || st, n FROM (SELECT `+scope+`, count(*) c, count(*) FILTER (WHERE status = 'retrying') r,
 				count(*) FILTER (WHERE status = 'succeeded') s, count(*) FILTER (WHERE status = 'exhausted') x,
 				count(*) FILTER (WHERE status = 'cancelled') z, sum(postponed_count) p FROM deliveries GROUP BY 1) d,
 				LATERAL (VALUES ('c', c), ('r', r), ('s', s), ('x', x), ('z', z), ('p', p)) v (st, n)`)
 		same("attempts per "+scope,
 			`SELECT scope_id::text, sum(attempts) * 1000 + sum(successes) FROM attempt_rollups
-				WHERE scope_id IN (SELECT `+scope+` FROM deliveries) GROUP BY 1`,
+				WHERE NOT hourly AND scope_id IN (SELECT `+scope+` FROM deliveries) GROUP BY 1`,
 			`SELECT `+scope+`::text, count(*) * 1000 + count(*) FILTER (WHERE status_code = 200) FROM delivery_attempts GROUP BY 1`)
 	}
 	same("everyone's attempts",
-		`SELECT 'all', sum(attempts) FROM attempt_rollups WHERE scope_id = '00000000-0000-0000-0000-000000000000'`,
+		`SELECT 'all', sum(attempts) FROM attempt_rollups WHERE NOT hourly AND scope_id = '00000000-0000-0000-0000-000000000000'`,
 		`SELECT 'all', count(*) FROM delivery_attempts`)
 	same("the DLQ per tenant",
 		`SELECT tenant_id::text, sum(exhausted) * 1000 + sum(exhausted - retried) FROM dead_letter_rollups GROUP BY 1`,
 		`SELECT d.tenant_id::text, count(*) * 1000 + count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id))
 			FROM deliveries d WHERE status = 'exhausted' GROUP BY 1`)
 
+	same("hourly attempt rows add up to their minutes",
+		`SELECT scope_id::text, sum(attempts) * 1000 + sum(successes) FROM attempt_rollups WHERE hourly GROUP BY 1`,
+		`SELECT scope_id::text, sum(attempts) * 1000 + sum(successes) FROM attempt_rollups WHERE NOT hourly GROUP BY 1`)
+	same("hourly delivery rows add up to their minutes",
+		`SELECT scope_id::text || at::text, sum(created + succeeded + postponed) FROM delivery_rollups WHERE hourly GROUP BY 1`,
+		`SELECT scope_id::text || date_trunc('hour', at)::text, sum(created + succeeded + postponed) FROM delivery_rollups
+			WHERE NOT hourly GROUP BY 1`)
+
 	// From now on the triggers keep them.
 	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE status = 'pending'`)
 	same("deliveries after the upgrade",
-		`SELECT 'succeeded', sum(succeeded) FROM delivery_rollups WHERE scope_id = '00000000-0000-0000-0000-000000000000'`,
+		`SELECT 'succeeded', sum(succeeded) FROM delivery_rollups WHERE NOT hourly AND scope_id = '00000000-0000-0000-0000-000000000000'`,
 		`SELECT 'succeeded', count(*) FROM deliveries WHERE status = 'succeeded'`)
 	var withLatency int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM attempt_rollups WHERE latency ? latency_bucket(45)::text AND minute > $1`,
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM attempt_rollups WHERE latency ? latency_bucket(45)::text AND at > $1`,
 		time.Now().Add(-3*time.Hour)).Scan(&withLatency))
 	require.Positive(t, withLatency, "45 ms attempts counted in their latency bucket")
 }

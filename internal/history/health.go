@@ -37,63 +37,58 @@ const healthWindow = time.Hour
 
 // Health reads the webhook's rollups (attempt_rollups and
 // delivery_rollups, scope the webhook) over the whole minutes of the last
-// hour, the current one included: 60 rows of each shard whatever the
-// traffic. The last success is the newest rollup row with one, found
+// hour, the current one included: at most 60 rows of each shard whatever
+// the traffic. The last success is the newest hourly row with one, found
 // through the primary key backwards.
 const (
 	healthAttemptsSQL = `SELECT coalesce(sum(attempts), 0), coalesce(sum(successes), 0)
-FROM attempt_rollups WHERE scope_id = $1 AND minute >= $2`
+FROM attempt_rollups WHERE scope_id = @scope AND ` + periodRows
 	healthLatencySQL = `SELECT l.key::int, sum(l.value::bigint)
 FROM attempt_rollups, jsonb_each_text(latency) AS l
-WHERE scope_id = $1 AND minute >= $2 GROUP BY 1`
+WHERE scope_id = @scope AND ` + periodRows + ` GROUP BY 1`
 	healthCategoriesSQL = `SELECT e.key, sum(e.value::bigint)
 FROM attempt_rollups, jsonb_each_text(errors) AS e
-WHERE scope_id = $1 AND minute >= $2 GROUP BY 1`
+WHERE scope_id = @scope AND ` + periodRows + ` GROUP BY 1`
 	healthDeliveriesSQL = `SELECT coalesce(sum(created), 0), coalesce(sum(retrying), 0), coalesce(sum(succeeded), 0),
     coalesce(sum(exhausted), 0), coalesce(sum(cancelled), 0), coalesce(sum(postponed), 0)
-FROM delivery_rollups WHERE scope_id = $1 AND minute >= $2`
-	// Every shard of the newest minute with a success is among the first
-	// rows with one, newest first (ties go to older minutes, whose
-	// successes came before).
+FROM delivery_rollups WHERE scope_id = @scope AND ` + periodRows
+	// Every shard of the newest hour with a success is among the first
+	// rows with one, newest first (ties go to older hours, whose successes
+	// came before).
 	lastSuccessSQL = `SELECT max(last_success_at) FROM (
-    SELECT last_success_at FROM attempt_rollups WHERE scope_id = $1 AND successes > 0
-    ORDER BY minute DESC LIMIT 4) AS newest`
+    SELECT last_success_at FROM attempt_rollups WHERE scope_id = $1 AND hourly AND successes > 0
+    ORDER BY at DESC LIMIT 4) AS newest`
 )
 
 // Health summarises a webhook's last hour of deliveries.
 func (r *Reader) Health(ctx context.Context, webhookID uuid.UUID, now time.Time) (Health, error) {
-	since := windowStart(now, healthWindow)
+	args := windowOf(now, healthWindow).args(pgx.NamedArgs{"scope": webhookID})
 	h := Health{WindowSeconds: int(healthWindow.Seconds()), ErrorsByCategory: map[string]int{}, Deliveries: map[string]int64{}}
-	if err := r.pool.QueryRow(ctx, healthAttemptsSQL, webhookID, since).Scan(&h.Attempts, &h.Successes); err != nil {
+	if err := r.pool.QueryRow(ctx, healthAttemptsSQL, args).Scan(&h.Attempts, &h.Successes); err != nil {
 		return Health{}, fmt.Errorf("webhook health: %w", err)
 	}
 	if h.Attempts > 0 {
 		rate := float64(h.Successes) / float64(h.Attempts)
 		h.SuccessRate = &rate
 	}
-	latency := histogram{}
-	if err := r.collect(ctx, healthLatencySQL, webhookID, since, func(row pgx.CollectableRow) error {
-		var b int
-		var n int64
-		err := row.Scan(&b, &n)
-		latency[b] += n
-		return err
-	}); err != nil {
-		return Health{}, err
+	latency, err := r.histogram(ctx, healthLatencySQL, args)
+	if err != nil {
+		return Health{}, fmt.Errorf("webhook health: %w", err)
 	}
 	h.LatencyMS = latencyOf(latency)
-	if err := r.collect(ctx, healthCategoriesSQL, webhookID, since, func(row pgx.CollectableRow) error {
-		var cat string
-		var n int
-		if err := row.Scan(&cat, &n); err != nil {
-			return err
-		}
+	rows, err := r.pool.Query(ctx, healthCategoriesSQL, args)
+	if err != nil {
+		return Health{}, fmt.Errorf("webhook health: %w", err)
+	}
+	var cat string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&cat, &n}, func() error {
 		h.ErrorsByCategory[cat] = n
 		return nil
 	}); err != nil {
-		return Health{}, err
+		return Health{}, fmt.Errorf("webhook health: %w", err)
 	}
-	if err := r.healthDeliveries(ctx, webhookID, since, &h); err != nil {
+	if err := r.healthDeliveries(ctx, args, &h); err != nil {
 		return Health{}, err
 	}
 	if err := r.pool.QueryRow(ctx, lastSuccessSQL, webhookID).Scan(&h.LastSuccessAt); err != nil {
@@ -108,9 +103,9 @@ func (r *Reader) Health(ctx context.Context, webhookID uuid.UUID, now time.Time)
 
 // healthDeliveries counts the deliveries created in the window by their
 // state now (the states with none are left out) and their postponements.
-func (r *Reader) healthDeliveries(ctx context.Context, webhookID uuid.UUID, since time.Time, h *Health) error {
+func (r *Reader) healthDeliveries(ctx context.Context, args pgx.NamedArgs, h *Health) error {
 	var created, retrying, succeeded, exhausted, cancelled int64
-	if err := r.pool.QueryRow(ctx, healthDeliveriesSQL, webhookID, since).Scan(
+	if err := r.pool.QueryRow(ctx, healthDeliveriesSQL, args).Scan(
 		&created, &retrying, &succeeded, &exhausted, &cancelled, &h.Postponements); err != nil {
 		return fmt.Errorf("webhook health: %w", err)
 	}
@@ -120,18 +115,6 @@ func (r *Reader) healthDeliveries(ctx context.Context, webhookID uuid.UUID, sinc
 		if n != 0 {
 			h.Deliveries[string(status)] = n
 		}
-	}
-	return nil
-}
-
-func (r *Reader) collect(ctx context.Context, sql string, id uuid.UUID, since time.Time, f func(pgx.CollectableRow) error) error {
-	rows, err := r.pool.Query(ctx, sql, id, since)
-	if err != nil {
-		return fmt.Errorf("webhook health: %w", err)
-	}
-	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) { return struct{}{}, f(row) })
-	if err != nil {
-		return fmt.Errorf("webhook health: %w", err)
 	}
 	return nil
 }

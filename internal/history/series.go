@@ -40,23 +40,25 @@ func (b Bucket) SuccessRate() *float64 { return rate(b.Successes, b.Attempts) }
 const MaxSeriesBuckets = 1440
 
 // A series reads attempt_rollups: the rows of the scope (the webhook, or
-// the tenant) whose minute is in the window, each shard's, binned by
+// the tenant) in the window (hourly rows when the buckets are whole hours
+// from a whole hour, minute rows otherwise), each shard's, binned by
 // bucket and summed in Postgres, their latency histograms merged per
 // bucket; Go fills in the quiet buckets and turns each histogram into
 // percentiles. The rows read are the window's minutes times the shards,
-// whatever the traffic or the length of the history. A webhook's series
+// whatever the traffic or the length of the history: 24 hourly rows a
+// shard for a day by hour, 60 minute rows for an hour. A webhook's series
 // holds the tenant boundary itself: the rollups of a webhook carry no
 // tenant, so a webhook of another tenant yields nothing.
 const (
-	seriesScope = `scope_id = @scope AND minute >= @since AND minute < @until
+	seriesScope = `scope_id = @scope AND hourly = @hourly AND at >= @since AND at < @until
   AND (@webhook::uuid IS NULL OR EXISTS (SELECT 1 FROM webhooks w WHERE w.id = @webhook::uuid AND w.tenant_id = @tenant_id))`
 
-	seriesTotalsSQL = `SELECT floor(extract(epoch FROM minute - @since::timestamptz) / @step_seconds)::int AS bin,
+	seriesTotalsSQL = `SELECT floor(extract(epoch FROM at - @since::timestamptz) / @step_seconds)::int AS bin,
     sum(attempts), sum(successes)
 FROM attempt_rollups WHERE ` + seriesScope + `
 GROUP BY 1`
 
-	seriesLatencySQL = `SELECT floor(extract(epoch FROM minute - @since::timestamptz) / @step_seconds)::int AS bin,
+	seriesLatencySQL = `SELECT floor(extract(epoch FROM at - @since::timestamptz) / @step_seconds)::int AS bin,
     l.key::int, sum(l.value::bigint)
 FROM attempt_rollups, jsonb_each_text(latency) AS l WHERE ` + seriesScope + `
 GROUP BY 1, 2`
@@ -83,7 +85,8 @@ func (r *Reader) Series(ctx context.Context, tenantID uuid.UUID, webhookID *uuid
 		s.Buckets[i].Start = s.Start.Add(time.Duration(i) * step)
 	}
 	args := pgx.NamedArgs{"scope": tenantID, "tenant_id": tenantID, "webhook": webhookID,
-		"since": s.Start, "until": s.End, "step_seconds": int64(step / time.Second)}
+		"since": s.Start, "until": s.End, "step_seconds": int64(step / time.Second),
+		"hourly": step%time.Hour == 0 && s.Start.Truncate(time.Hour).Equal(s.Start)}
 	if webhookID != nil {
 		args["scope"] = *webhookID
 	}

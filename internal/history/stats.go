@@ -46,31 +46,26 @@ var AllTenants = uuid.Nil
 
 // Stats read the rollups (delivery_rollups, attempt_rollups and
 // dead_letter_rollups, kept by triggers as deliveries and attempts are
-// written): a window is its whole minutes, the current one included, so a
-// day is 1,440 rows of each of a scope's shards whatever the traffic.
+// written): a window is its whole minutes, the current one included, read
+// as hourly rows for its whole hours and minute rows at its edges, so a
+// day is at most 24 + 2 x 59 rows of each of a scope's shards whatever
+// the traffic.
 const (
-	statsDeliveriesSQL = `SELECT minute >= @hour, coalesce(sum(created), 0), coalesce(sum(retrying), 0),
+	statsDeliveriesSQL = `SELECT coalesce(sum(created), 0), coalesce(sum(retrying), 0),
     coalesce(sum(succeeded), 0), coalesce(sum(exhausted), 0), coalesce(sum(cancelled), 0)
-FROM delivery_rollups WHERE scope_id = @scope AND minute >= @day
-GROUP BY 1`
+FROM delivery_rollups WHERE scope_id = @scope AND ` + periodRows
 
-	statsAttemptsSQL = `SELECT minute >= @hour, sum(attempts), sum(successes)
-FROM attempt_rollups WHERE scope_id = @scope AND minute >= @day
-GROUP BY 1`
+	statsAttemptsSQL = `SELECT coalesce(sum(attempts), 0), coalesce(sum(successes), 0)
+FROM attempt_rollups WHERE scope_id = @scope AND ` + periodRows
 
-	statsLatencySQL = `SELECT minute >= @hour, l.key::int, sum(l.value::bigint)
+	statsLatencySQL = `SELECT l.key::int, sum(l.value::bigint)
 FROM attempt_rollups, jsonb_each_text(latency) AS l
-WHERE scope_id = @scope AND minute >= @day
-GROUP BY 1, 2`
+WHERE scope_id = @scope AND ` + periodRows + `
+GROUP BY 1`
 
 	statsDLQSQL = `SELECT coalesce(sum(exhausted - retried), 0) FROM dead_letter_rollups
 WHERE @tenant_id::uuid IS NULL OR tenant_id = @tenant_id::uuid`
 )
-
-// windowStart is the first minute of the window d ending with now's minute.
-func windowStart(now time.Time, d time.Duration) time.Time {
-	return now.UTC().Truncate(time.Minute).Add(-d + time.Minute)
-}
 
 // Stats returns the totals of tenantID, or of every tenant when it is nil.
 func (r *Reader) Stats(ctx context.Context, tenantID *uuid.UUID, now time.Time) (Stats, error) {
@@ -80,97 +75,53 @@ func (r *Reader) Stats(ctx context.Context, tenantID *uuid.UUID, now time.Time) 
 	if tenantID != nil {
 		scope = *tenantID
 	}
-	args := pgx.NamedArgs{"scope": scope, "tenant_id": tenantID,
-		"hour": windowStart(now, statsHour), "day": windowStart(now, statsDay)}
-	if err := r.statsDeliveries(ctx, args, &s); err != nil {
-		return Stats{}, err
+	for _, w := range []*StatsWindow{&s.LastHour, &s.LastDay} {
+		args := windowOf(now, time.Duration(w.WindowSeconds)*time.Second).args(pgx.NamedArgs{"scope": scope})
+		if err := r.windowTotals(ctx, args, w); err != nil {
+			return Stats{}, err
+		}
 	}
-	if err := r.statsAttempts(ctx, args, &s); err != nil {
-		return Stats{}, err
-	}
-	if err := r.pool.QueryRow(ctx, statsDLQSQL, args).Scan(&s.DLQSize); err != nil {
+	if err := r.pool.QueryRow(ctx, statsDLQSQL, pgx.NamedArgs{"tenant_id": tenantID}).Scan(&s.DLQSize); err != nil {
 		return Stats{}, fmt.Errorf("stats: dlq: %w", err)
 	}
 	return s, nil
 }
 
-// statsDeliveries fills the deliveries by state of both windows: the day's
-// rows are the hour's and the older ones.
-func (r *Reader) statsDeliveries(ctx context.Context, args pgx.NamedArgs, s *Stats) error {
-	rows, err := r.pool.Query(ctx, statsDeliveriesSQL, args)
-	if err != nil {
-		return fmt.Errorf("stats: deliveries: %w", err)
-	}
-	var recent bool
+// windowTotals fills w from the rollups args select.
+func (r *Reader) windowTotals(ctx context.Context, args pgx.NamedArgs, w *StatsWindow) error {
 	var created, retrying, succeeded, exhausted, cancelled int64
-	_, err = pgx.ForEachRow(rows, []any{&recent, &created, &retrying, &succeeded, &exhausted, &cancelled}, func() error {
-		for _, w := range windowsOf(s, recent) {
-			w.Deliveries[wire.Pending] += created - retrying - succeeded - exhausted - cancelled
-			w.Deliveries[wire.Retrying] += retrying
-			w.Deliveries[wire.Succeeded] += succeeded
-			w.Deliveries[wire.Exhausted] += exhausted
-			w.Deliveries[wire.Cancelled] += cancelled
-		}
-		return nil
-	})
-	if err != nil {
+	if err := r.pool.QueryRow(ctx, statsDeliveriesSQL, args).Scan(&created, &retrying, &succeeded, &exhausted,
+		&cancelled); err != nil {
 		return fmt.Errorf("stats: deliveries: %w", err)
 	}
-	return nil
-}
-
-// statsAttempts fills the attempts, successes and latency of both windows.
-func (r *Reader) statsAttempts(ctx context.Context, args pgx.NamedArgs, s *Stats) error {
-	rows, err := r.pool.Query(ctx, statsAttemptsSQL, args)
-	if err != nil {
+	w.Deliveries[wire.Pending] = created - retrying - succeeded - exhausted - cancelled
+	w.Deliveries[wire.Retrying], w.Deliveries[wire.Succeeded] = retrying, succeeded
+	w.Deliveries[wire.Exhausted], w.Deliveries[wire.Cancelled] = exhausted, cancelled
+	if err := r.pool.QueryRow(ctx, statsAttemptsSQL, args).Scan(&w.Attempts, &w.Successes); err != nil {
 		return fmt.Errorf("stats: attempts: %w", err)
 	}
-	var recent bool
-	var attempts, successes int64
-	_, err = pgx.ForEachRow(rows, []any{&recent, &attempts, &successes}, func() error {
-		for _, w := range windowsOf(s, recent) {
-			w.Attempts += attempts
-			w.Successes += successes
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("stats: attempts: %w", err)
-	}
-	hour, day := histogram{}, histogram{}
-	rows, err = r.pool.Query(ctx, statsLatencySQL, args)
+	h, err := r.histogram(ctx, statsLatencySQL, args)
 	if err != nil {
 		return fmt.Errorf("stats: latency: %w", err)
 	}
+	w.SuccessRate, w.LatencyMS = rate(w.Successes, w.Attempts), latencyOf(h)
+	return nil
+}
+
+// histogram sums the latency histograms of the rows sql selects.
+func (r *Reader) histogram(ctx context.Context, sql string, args ...any) (histogram, error) {
+	rows, err := r.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	h := histogram{}
 	var bucket int
 	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&recent, &bucket, &n}, func() error {
-		day[bucket] += n
-		if recent {
-			hour[bucket] += n
-		}
+	_, err = pgx.ForEachRow(rows, []any{&bucket, &n}, func() error {
+		h[bucket] += n
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("stats: latency: %w", err)
-	}
-	for _, x := range []struct {
-		w *StatsWindow
-		h histogram
-	}{{&s.LastHour, hour}, {&s.LastDay, day}} {
-		x.w.SuccessRate = rate(x.w.Successes, x.w.Attempts)
-		x.w.LatencyMS = latencyOf(x.h)
-	}
-	return nil
-}
-
-// windowsOf is the windows a row counts in: both when it is in the last
-// hour, else only the day.
-func windowsOf(s *Stats, recent bool) []*StatsWindow {
-	if recent {
-		return []*StatsWindow{&s.LastHour, &s.LastDay}
-	}
-	return []*StatsWindow{&s.LastDay}
+	return h, err
 }
 
 // latencyOf is the percentiles of h.
@@ -193,4 +144,34 @@ func rate(successes, attempts int64) *float64 {
 	}
 	r := float64(successes) / float64(attempts)
 	return &r
+}
+
+// recentSQL counts the attempts and successes of each of a tenant's
+// webhooks over a window from their rollups; a webhook of another tenant
+// counts nothing.
+const recentSQL = `SELECT scope_id, sum(attempts), sum(successes) FROM attempt_rollups
+WHERE scope_id IN (SELECT w.id FROM webhooks w WHERE w.id = ANY(@ids::uuid[]) AND w.tenant_id = @tenant_id)
+  AND ` + periodRows + `
+GROUP BY scope_id`
+
+// RecentAttempts returns the attempts and successes of each of the
+// tenant's webhooks ids over the window ending with now's minute; a
+// webhook without attempts is left out.
+func (r *Reader) RecentAttempts(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID, window time.Duration,
+	now time.Time) (map[uuid.UUID][2]int64, error) {
+	args := windowOf(now, window).args(pgx.NamedArgs{"ids": ids, "tenant_id": tenantID})
+	rows, err := r.pool.Query(ctx, recentSQL, args)
+	if err != nil {
+		return nil, fmt.Errorf("recent attempts: %w", err)
+	}
+	out := map[uuid.UUID][2]int64{}
+	var id uuid.UUID
+	var n, ok int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n, &ok}, func() error {
+		out[id] = [2]int64{n, ok}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("recent attempts: %w", err)
+	}
+	return out, nil
 }

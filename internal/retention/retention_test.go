@@ -427,7 +427,7 @@ func TestOncePrunesOldRollups(t *testing.T) {
 	f.delivery(f.event(old.Add(2*time.Minute)), old.Add(2*time.Minute), "succeeded", &resolved, 1)
 	require.Equal(t, 2, f.count(`SELECT sum(exhausted) FROM dead_letter_rollups`))
 	rollups := func(table string, before time.Time) int {
-		return f.count(`SELECT count(*) FROM `+table+` WHERE minute < $1`, before)
+		return f.count(`SELECT count(*) FROM `+table+` WHERE at < $1`, before)
 	}
 	require.Positive(t, rollups("delivery_rollups", now.Add(-90*24*time.Hour)))
 

@@ -170,20 +170,20 @@ const prunePausesSQL = `WITH page AS (
 )
 DELETE FROM webhook_pauses w USING page WHERE w.webhook_id = page.webhook_id AND w.paused_at = page.paused_at`
 
-// The rollups of minutes before the attempt cutoff summarise history that
+// The rollups of periods before the attempt cutoff summarise history that
 // is gone; a DLQ rollup goes once everything it counted was deleted (DLQ
 // entries themselves are never removed while unresolved). $2 at a time.
 const (
 	pruneDeliveryRollupsSQL = `WITH page AS (
-    SELECT scope_id, minute, shard FROM delivery_rollups WHERE minute < $1 LIMIT $2
+    SELECT scope_id, hourly, at, shard FROM delivery_rollups WHERE at < $1 LIMIT $2
 )
 DELETE FROM delivery_rollups r USING page
-WHERE r.scope_id = page.scope_id AND r.minute = page.minute AND r.shard = page.shard`
+WHERE (r.scope_id, r.hourly, r.at, r.shard) = (page.scope_id, page.hourly, page.at, page.shard)`
 	pruneAttemptRollupsSQL = `WITH page AS (
-    SELECT scope_id, minute, shard FROM attempt_rollups WHERE minute < $1 LIMIT $2
+    SELECT scope_id, hourly, at, shard FROM attempt_rollups WHERE at < $1 LIMIT $2
 )
 DELETE FROM attempt_rollups r USING page
-WHERE r.scope_id = page.scope_id AND r.minute = page.minute AND r.shard = page.shard`
+WHERE (r.scope_id, r.hourly, r.at, r.shard) = (page.scope_id, page.hourly, page.at, page.shard)`
 	pruneDeadLetterRollupsSQL = `WITH page AS (
     SELECT tenant_id, day, webhook_id, event_type, failure_category FROM dead_letter_rollups
     WHERE day < $1::timestamptz::date AND exhausted = 0 AND retried = 0 LIMIT $2

@@ -6,10 +6,12 @@
 -- transaction, so that a rollup never counts what was rolled back.
 --
 -- A rollup row is keyed by a scope (a webhook, a tenant, or the nil uuid
--- for every tenant together), a minute and a shard. Each statement adds to
--- one of four shards picked at random, so that concurrent writers of one
--- busy tenant's minute rarely wait on each other's row locks; a reader sums
--- the shards.
+-- for every tenant together), a period (a minute, or an hour when hourly)
+-- starting at at, and a shard. Every change is added to its minute and to
+-- its hour, so that a day is read as 24 hourly rows and the minutes at its
+-- edges. Each statement adds to one of four shards picked at random, so
+-- that concurrent writers of one busy tenant's minute rarely wait on each
+-- other's row locks; a reader sums the shards.
 
 -- latency_bucket is the histogram bucket of a duration in milliseconds:
 -- one bucket per millisecond below 16 ms, then eight per doubling (each
@@ -30,12 +32,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         GROUP BY k) AS y
 $$;
 
--- Deliveries by the minute they were created, by their state now: created
+-- Deliveries by the period they were created in, by their state now: created
 -- counts them all, the others those in that state (pending is what is
 -- left); postponed sums their postponements.
 CREATE TABLE delivery_rollups (
     scope_id   uuid NOT NULL,
-    minute     timestamptz NOT NULL,
+    hourly     boolean NOT NULL,
+    at         timestamptz NOT NULL,
     shard      smallint NOT NULL,
     created    bigint NOT NULL DEFAULT 0,
     retrying   bigint NOT NULL DEFAULT 0,
@@ -43,22 +46,23 @@ CREATE TABLE delivery_rollups (
     exhausted  bigint NOT NULL DEFAULT 0,
     cancelled  bigint NOT NULL DEFAULT 0,
     postponed  bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (scope_id, minute, shard)
+    PRIMARY KEY (scope_id, hourly, at, shard)
 );
 
--- Attempts by the minute they were executed: how many, how many answered
+-- Attempts by the period they were executed in: how many, how many answered
 -- 2xx, failures by category ({"timeout": n, ...}), durations as a
 -- histogram of latency_bucket ({"<bucket>": n}), and the last success.
 CREATE TABLE attempt_rollups (
     scope_id         uuid NOT NULL,
-    minute           timestamptz NOT NULL,
+    hourly           boolean NOT NULL,
+    at               timestamptz NOT NULL,
     shard            smallint NOT NULL,
     attempts         bigint NOT NULL DEFAULT 0,
     successes        bigint NOT NULL DEFAULT 0,
     errors           jsonb NOT NULL DEFAULT '{}',
     latency          jsonb NOT NULL DEFAULT '{}',
     last_success_at  timestamptz,
-    PRIMARY KEY (scope_id, minute, shard)
+    PRIMARY KEY (scope_id, hourly, at, shard)
 );
 
 -- The DLQ by tenant, day of exhaustion, webhook, event type and failure
@@ -76,19 +80,22 @@ CREATE TABLE dead_letter_rollups (
 );
 
 -- add_delivery_rollups adds the rows of changes (scope-less: webhook_id,
--- tenant_id, minute and the counts) to the three scopes of each.
+-- tenant_id, minute and the counts) to the three scopes of each, in its
+-- minute and its hour.
 CREATE FUNCTION add_delivery_rollups(changes jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO delivery_rollups AS r (scope_id, minute, shard, created, retrying, succeeded, exhausted, cancelled, postponed)
-    SELECT s.scope_id, c.minute, floor(random() * 4)::smallint, sum(c.created), sum(c.retrying), sum(c.succeeded),
+    INSERT INTO delivery_rollups AS r (scope_id, hourly, at, shard, created, retrying, succeeded, exhausted, cancelled,
+        postponed)
+    SELECT s.scope_id, g.hourly, g.at, floor(random() * 4)::smallint, sum(c.created), sum(c.retrying), sum(c.succeeded),
         sum(c.exhausted), sum(c.cancelled), sum(c.postponed)
     FROM jsonb_to_recordset(changes) AS c (webhook_id uuid, tenant_id uuid, minute timestamptz, created bigint,
         retrying bigint, succeeded bigint, exhausted bigint, cancelled bigint, postponed bigint)
     CROSS JOIN LATERAL (VALUES (c.webhook_id), (c.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-    GROUP BY s.scope_id, c.minute
-    ORDER BY s.scope_id, c.minute
-    ON CONFLICT (scope_id, minute, shard) DO UPDATE SET
+    CROSS JOIN LATERAL (VALUES (false, c.minute), (true, date_trunc('hour', c.minute))) AS g (hourly, at)
+    GROUP BY s.scope_id, g.hourly, g.at
+    ORDER BY s.scope_id, g.hourly, g.at
+    ON CONFLICT (scope_id, hourly, at, shard) DO UPDATE SET
         created = r.created + excluded.created, retrying = r.retrying + excluded.retrying,
         succeeded = r.succeeded + excluded.succeeded, exhausted = r.exhausted + excluded.exhausted,
         cancelled = r.cancelled + excluded.cancelled, postponed = r.postponed + excluded.postponed;
@@ -223,33 +230,35 @@ CREATE TRIGGER deliveries_rollup_delete BEFORE DELETE ON deliveries
     EXECUTE FUNCTION deliveries_rollup_delete();
 
 -- The attempt log's trigger: each attempt counts for its webhook, its
--- tenant and everyone, in the minute it was executed.
+-- tenant and everyone, in the minute and the hour it was executed.
 CREATE FUNCTION attempts_rollup_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     WITH scoped AS (
-        SELECT s.scope_id, date_trunc('minute', n.executed_at) AS minute, n.status_code BETWEEN 200 AND 299 AS ok,
+        SELECT s.scope_id, g.hourly, g.at, n.status_code BETWEEN 200 AND 299 AS ok,
             n.failure_category, latency_bucket(n.duration_ms) AS bucket, n.executed_at
         FROM new_rows n
         CROSS JOIN LATERAL (VALUES (n.webhook_id), (n.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
+        CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', n.executed_at)), (true, date_trunc('hour', n.executed_at)))
+            AS g (hourly, at)
     ), totals AS (
-        SELECT scope_id, minute, count(*) AS attempts, count(*) FILTER (WHERE ok) AS successes,
+        SELECT scope_id, hourly, at, count(*) AS attempts, count(*) FILTER (WHERE ok) AS successes,
             max(executed_at) FILTER (WHERE ok) AS last_success_at
-        FROM scoped GROUP BY 1, 2
+        FROM scoped GROUP BY 1, 2, 3
     ), latency AS (
-        SELECT scope_id, minute, jsonb_object_agg(bucket, n) AS latency
-        FROM (SELECT scope_id, minute, bucket, count(*) AS n FROM scoped GROUP BY 1, 2, 3) AS b GROUP BY 1, 2
+        SELECT scope_id, hourly, at, jsonb_object_agg(bucket, n) AS latency
+        FROM (SELECT scope_id, hourly, at, bucket, count(*) AS n FROM scoped GROUP BY 1, 2, 3, 4) AS b GROUP BY 1, 2, 3
     ), errors AS (
-        SELECT scope_id, minute, jsonb_object_agg(failure_category, n) AS errors
-        FROM (SELECT scope_id, minute, failure_category, count(*) AS n FROM scoped
-              WHERE failure_category IS NOT NULL GROUP BY 1, 2, 3) AS f GROUP BY 1, 2
+        SELECT scope_id, hourly, at, jsonb_object_agg(failure_category, n) AS errors
+        FROM (SELECT scope_id, hourly, at, failure_category, count(*) AS n FROM scoped
+              WHERE failure_category IS NOT NULL GROUP BY 1, 2, 3, 4) AS f GROUP BY 1, 2, 3
     )
-    INSERT INTO attempt_rollups AS r (scope_id, minute, shard, attempts, successes, errors, latency, last_success_at)
-    SELECT t.scope_id, t.minute, floor(random() * 4)::smallint, t.attempts, t.successes, coalesce(e.errors, '{}'),
+    INSERT INTO attempt_rollups AS r (scope_id, hourly, at, shard, attempts, successes, errors, latency, last_success_at)
+    SELECT t.scope_id, t.hourly, t.at, floor(random() * 4)::smallint, t.attempts, t.successes, coalesce(e.errors, '{}'),
         l.latency, t.last_success_at
-    FROM totals t JOIN latency l USING (scope_id, minute) LEFT JOIN errors e USING (scope_id, minute)
-    ORDER BY t.scope_id, t.minute
-    ON CONFLICT (scope_id, minute, shard) DO UPDATE SET
+    FROM totals t JOIN latency l USING (scope_id, hourly, at) LEFT JOIN errors e USING (scope_id, hourly, at)
+    ORDER BY t.scope_id, t.hourly, t.at
+    ON CONFLICT (scope_id, hourly, at, shard) DO UPDATE SET
         attempts = r.attempts + excluded.attempts, successes = r.successes + excluded.successes,
         errors = CASE WHEN excluded.errors = '{}' THEN r.errors ELSE jsonb_add_counts(r.errors, excluded.errors) END,
         latency = jsonb_add_counts(r.latency, excluded.latency),
@@ -262,37 +271,41 @@ CREATE TRIGGER attempts_rollup_insert AFTER INSERT ON delivery_attempts
 
 -- An existing database: the rollups of the history it already has. The
 -- attempts and deliveries that retention already removed are not counted.
-INSERT INTO delivery_rollups (scope_id, minute, shard, created, retrying, succeeded, exhausted, cancelled, postponed)
-SELECT s.scope_id, date_trunc('minute', d.created_at), 0, count(*),
+INSERT INTO delivery_rollups (scope_id, hourly, at, shard, created, retrying, succeeded, exhausted, cancelled, postponed)
+SELECT s.scope_id, g.hourly, g.at, 0, count(*),
     count(*) FILTER (WHERE d.status = 'retrying'), count(*) FILTER (WHERE d.status = 'succeeded'),
     count(*) FILTER (WHERE d.status = 'exhausted'), count(*) FILTER (WHERE d.status = 'cancelled'),
     sum(d.postponed_count)
 FROM deliveries d
 CROSS JOIN LATERAL (VALUES (d.webhook_id), (d.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-GROUP BY 1, 2;
+CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', d.created_at)), (true, date_trunc('hour', d.created_at)))
+    AS g (hourly, at)
+GROUP BY 1, 2, 3;
 
 WITH scoped AS (
-    SELECT s.scope_id, date_trunc('minute', a.executed_at) AS minute, a.status_code BETWEEN 200 AND 299 AS ok,
+    SELECT s.scope_id, g.hourly, g.at, a.status_code BETWEEN 200 AND 299 AS ok,
         a.failure_category, latency_bucket(a.duration_ms) AS bucket, a.executed_at
     FROM (SELECT webhook_id, tenant_id, executed_at, status_code, failure_category, duration_ms FROM delivery_attempts
           UNION ALL
           SELECT webhook_id, tenant_id, executed_at, status_code, failure_category, duration_ms FROM delivery_attempts_retained) AS a
     CROSS JOIN LATERAL (VALUES (a.webhook_id), (a.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
+    CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', a.executed_at)), (true, date_trunc('hour', a.executed_at)))
+        AS g (hourly, at)
 ), totals AS (
-    SELECT scope_id, minute, count(*) AS attempts, count(*) FILTER (WHERE ok) AS successes,
+    SELECT scope_id, hourly, at, count(*) AS attempts, count(*) FILTER (WHERE ok) AS successes,
         max(executed_at) FILTER (WHERE ok) AS last_success_at
-    FROM scoped GROUP BY 1, 2
+    FROM scoped GROUP BY 1, 2, 3
 ), latency AS (
-    SELECT scope_id, minute, jsonb_object_agg(bucket, n) AS latency
-    FROM (SELECT scope_id, minute, bucket, count(*) AS n FROM scoped GROUP BY 1, 2, 3) AS b GROUP BY 1, 2
+    SELECT scope_id, hourly, at, jsonb_object_agg(bucket, n) AS latency
+    FROM (SELECT scope_id, hourly, at, bucket, count(*) AS n FROM scoped GROUP BY 1, 2, 3, 4) AS b GROUP BY 1, 2, 3
 ), errors AS (
-    SELECT scope_id, minute, jsonb_object_agg(failure_category, n) AS errors
-    FROM (SELECT scope_id, minute, failure_category, count(*) AS n FROM scoped
-          WHERE failure_category IS NOT NULL GROUP BY 1, 2, 3) AS f GROUP BY 1, 2
+    SELECT scope_id, hourly, at, jsonb_object_agg(failure_category, n) AS errors
+    FROM (SELECT scope_id, hourly, at, failure_category, count(*) AS n FROM scoped
+          WHERE failure_category IS NOT NULL GROUP BY 1, 2, 3, 4) AS f GROUP BY 1, 2, 3
 )
-INSERT INTO attempt_rollups (scope_id, minute, shard, attempts, successes, errors, latency, last_success_at)
-SELECT t.scope_id, t.minute, 0, t.attempts, t.successes, coalesce(e.errors, '{}'), l.latency, t.last_success_at
-FROM totals t JOIN latency l USING (scope_id, minute) LEFT JOIN errors e USING (scope_id, minute);
+INSERT INTO attempt_rollups (scope_id, hourly, at, shard, attempts, successes, errors, latency, last_success_at)
+SELECT t.scope_id, t.hourly, t.at, 0, t.attempts, t.successes, coalesce(e.errors, '{}'), l.latency, t.last_success_at
+FROM totals t JOIN latency l USING (scope_id, hourly, at) LEFT JOIN errors e USING (scope_id, hourly, at);
 
 INSERT INTO dead_letter_rollups (tenant_id, day, webhook_id, event_type, failure_category, exhausted, retried)
 SELECT d.tenant_id, (coalesce(d.completed_at, now()) AT TIME ZONE 'UTC')::date, d.webhook_id, e.event_type,

@@ -1,0 +1,45 @@
+package history
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// period is the rollup rows of [start, end), both on a minute: the hourly
+// rows of its whole hours [h1, h2), and the minute rows of [start, h1) and
+// [h2, end). Without a whole hour inside, h1 and h2 are end and every row
+// is a minute's.
+type period struct {
+	start, h1, h2, end time.Time
+}
+
+// periodRows selects the rows of a period from a rollup table; its
+// arguments come from period.args.
+const periodRows = `((NOT hourly AND ((at >= @start AND at < @h1) OR (at >= @h2 AND at < @end)))
+    OR (hourly AND at >= @h1 AND at < @h2))`
+
+// windowOf is the window of d ending with now's minute (included).
+func windowOf(now time.Time, d time.Duration) period {
+	end := now.UTC().Truncate(time.Minute).Add(time.Minute)
+	return periodOf(end.Add(-d), end)
+}
+
+// periodOf is [start, end), both on a minute.
+func periodOf(start, end time.Time) period {
+	h1 := start.Truncate(time.Hour)
+	if h1.Before(start) {
+		h1 = h1.Add(time.Hour)
+	}
+	h2 := end.Truncate(time.Hour)
+	if !h1.Before(h2) {
+		h1, h2 = end, end
+	}
+	return period{start: start, h1: h1, h2: h2, end: end}
+}
+
+// args adds the period's bounds to a and returns it.
+func (p period) args(a pgx.NamedArgs) pgx.NamedArgs {
+	a["start"], a["h1"], a["h2"], a["end"] = p.start, p.h1, p.h2, p.end
+	return a
+}
