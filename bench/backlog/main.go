@@ -44,7 +44,7 @@ func main() {
 	events := flag.Int("events", 1_000_000, "events published (one delivery each) before the worker starts")
 	clients := flag.Int("clients", 64, "concurrent publishing clients")
 	size := flag.Int("payload", 1024, "approximate event data size in bytes")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -185,7 +185,7 @@ func main() {
 			{"requests received", fmt.Sprint(received.Load())},
 		},
 	}
-	must(report.Emit(table, *out))
+	must(report.Emit(table, *record))
 }
 
 func start(path string, env []string) *exec.Cmd {

@@ -31,7 +31,7 @@ func main() {
 	size := flag.Int("size", 1024, "message and body size in bytes")
 	e2e := flag.Bool("e2e", false, "also measure hookline end to end (open loop) and report it against the RabbitMQ ceiling")
 	e2eEvents := flag.Int("e2e-events", 20_000, "events published for the end-to-end figure")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	report.FlushWrites()
 	ctx := context.Background()
@@ -76,7 +76,7 @@ func main() {
 		table.Notes = append(table.Notes, fmt.Sprintf("hookline end to end: %d events published as fast as 64 clients can (one webhook, one in-process worker with 256 in flight and up to 256 requests to the receiver's host, circuit breaker and token buckets checked as deployed, the local services), deliveries recorded succeeded per second from the first publish to the last success.", *e2eEvents))
 		table.Rows = append(table.Rows, []string{"hookline end to end (deliveries)", fmt.Sprintf("%.0f deliveries (%.1f%% of RabbitMQ)", rate, 100*rate/rabbit)})
 	}
-	if err := report.Emit(table, *out); err != nil {
+	if err := report.Emit(table, *record); err != nil {
 		log.Fatal(err)
 	}
 }

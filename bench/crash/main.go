@@ -39,11 +39,11 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "publishing time")
 	killAt := flag.Duration("kill-at", 8*time.Second, "when the process is killed, from the first publish")
 	down := flag.Duration("down", time.Second, "how long it stays down before it is started again")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *proc, *rate, *duration, *killAt, *down, *out); err != nil {
+	if err := run(ctx, *proc, *rate, *duration, *killAt, *down, *record); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -84,7 +84,7 @@ type publishOutcome struct {
 	unknown  int64          // sent, but the connection broke before an answer
 }
 
-func run(ctx context.Context, proc string, rate int, duration, killAt, down time.Duration, out string) error {
+func run(ctx context.Context, proc string, rate int, duration, killAt, down time.Duration, record string) error {
 	bin, err := deploy.Build(ctx, ".")
 	if err != nil {
 		return err
@@ -212,7 +212,7 @@ func run(ctx context.Context, proc string, rate int, duration, killAt, down time
 		Header: []string{"killed", "published", "accepted", "refused", "unknown", "lost", "duplicates", "arrived unacknowledged"},
 		Rows: [][]string{{proc, fmt.Sprint(len(res.accepted) + int(res.refused+res.unknown)), fmt.Sprint(len(res.accepted)),
 			fmt.Sprint(res.refused), fmt.Sprint(res.unknown), fmt.Sprint(lost), fmt.Sprint(dups), fmt.Sprint(extra)}},
-	}, out)
+	}, record)
 }
 
 // provision creates a tenant with limits that never bind and its webhook,

@@ -62,7 +62,7 @@ func main() {
 	perHost := flag.Int("max-conns-per-host", 5, "per-endpoint-host limit of each worker")
 	guard := flag.Bool("guard", true, "workers check the circuit breaker and token buckets in Redis before each attempt, as deployed")
 	payload := flag.Int("payload", 1024, "approximate event data size in bytes")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	memprofile := flag.String("memprofile", "", "write a heap profile (with every allocation of the run, alloc_space) here at the end")
 	orderings := flag.String("ordering", "none", "comma-separated ordering_guarantee values to compare (none, per_event_type, strict); each gets its own tenant and webhooks")
@@ -139,7 +139,7 @@ func main() {
 			}
 		}
 	}
-	if err := report.Emit(table, *out); err != nil {
+	if err := report.Emit(table, *record); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -47,7 +47,8 @@
 //
 //	go run ./bench/fairness -scenarios solo,a,b,c,d -duration 15s -quiet-rate 100 -drain 30s -tenants 10000
 //
-// -out "" prints the table without appending it to docs/BENCHMARKS.md;
+// The table is printed; -record FILE also appends it to FILE (none by
+// default: docs/BENCHMARKS.md states the current figures, git keeps the runs);
 // -src DIR measures another source tree (for example a "git archive" of an
 // older commit); -logs DIR keeps the processes' output.
 package main
@@ -91,7 +92,7 @@ func run(ctx context.Context) error {
 	idleWait := flag.Duration("idle-wait", 2*time.Minute, "before publishing, wait at most this long for the machine to be under 0.3 cores busy")
 	src := flag.String("src", ".", "build the binaries from the module in this directory (default: the working tree here)")
 	logDir := flag.String("logs", "", "keep the processes' output in this directory (default: removed with the system)")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	chosen, err := choose(*names)
 	if err != nil {
@@ -127,11 +128,11 @@ func run(ctx context.Context) error {
 	}
 	t := table(o, results, code)
 	t.Command = "go run ./bench/fairness " + shellArgs(os.Args[1:])
-	return report.Emit(t, *out)
+	return report.Emit(t, *record)
 }
 
 // shellArgs quotes the arguments that need it, so that the command can be
-// pasted back (-out "" in particular).
+// pasted back (an empty argument in particular).
 func shellArgs(args []string) string {
 	out := make([]string, len(args))
 	for i, a := range args {

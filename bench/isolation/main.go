@@ -32,7 +32,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "publishing time per run")
 	timeout := flag.Int("timeout-ms", 1000, "the webhooks' attempt timeout")
 	concurrency := flag.Int("concurrency", 256, "deliveries in flight per worker")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	report.FlushWrites()
 
@@ -68,7 +68,7 @@ func main() {
 				h, 100*res.rate/base, float64(p99)/float64(baseP99)))
 		}
 	}
-	if err := report.Emit(table, *out); err != nil {
+	if err := report.Emit(table, *record); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -42,7 +42,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "length of each run")
 	concurrency := flag.Int("concurrency", 64, "clients in max mode, and the cap on requests in flight at fixed rates")
 	payload := flag.Int("payload", 1024, "approximate size of each event's data in bytes")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (api and load generator) here")
 	filters := flag.String("filters", "", "payload filter configurations to compare, run in turn: none, same (every webhook `data.amount > 100`), distinct (webhook i `data.amount > i`); every event matches them all")
 	rounds := flag.Int("rounds", 1, "with -filters, how many times the configurations run in turn")
@@ -102,7 +102,7 @@ func main() {
 			})...)
 		}
 	}
-	if err := report.Emit(table, *out); err != nil {
+	if err := report.Emit(table, *record); err != nil {
 		log.Fatal(err)
 	}
 }

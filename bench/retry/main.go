@@ -26,7 +26,7 @@ import (
 
 func main() {
 	n := flag.Int("deliveries", 1000, "deliveries, each failing twice")
-	out := flag.String("out", "docs/BENCHMARKS.md", "append the results here (empty: print only)")
+	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	report.FlushWrites()
 	ctx := context.Background()
@@ -132,7 +132,7 @@ func main() {
 			report.Ms(report.Percentile(s, 99)), report.Ms(s[len(s)-1]),
 		})
 	}
-	if err := report.Emit(table, *out); err != nil {
+	if err := report.Emit(table, *record); err != nil {
 		log.Fatal(err)
 	}
 }

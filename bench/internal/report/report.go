@@ -1,5 +1,7 @@
-// Package report prints benchmark tables and appends them, with the machine,
-// the date and the command, to docs/BENCHMARKS.md.
+// Package report prints benchmark tables, with the machine, the date and the
+// command, and appends them to a file only when a program is asked to
+// (-record FILE). docs/BENCHMARKS.md is written by hand: it states the
+// current figures and what changed them, and git keeps the runs.
 package report
 
 import (
@@ -66,20 +68,26 @@ func (t Table) Markdown(now time.Time) string {
 	return b.String()
 }
 
-// Emit prints t and, when path is not empty, appends it to path.
-func Emit(t Table, path string) error {
+// Emit prints t to stdout and, when record is not empty, appends it to the
+// file record.
+func Emit(t Table, record string) error {
 	md := t.Markdown(time.Now())
 	fmt.Println(md)
-	if path == "" {
+	if record == "" {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("record %s: %w", record, err)
 	}
-	defer f.Close()
-	_, err = f.WriteString("\n" + md)
-	return err
+	if _, err := f.WriteString("\n" + md); err != nil {
+		f.Close()
+		return fmt.Errorf("record %s: %w", record, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("record %s: %w", record, err)
+	}
+	return nil
 }
 
 // Percentile returns the p-th percentile (0-100) of sorted durations.
