@@ -20,6 +20,12 @@
 //   - our own failure (the database down): the message is held and
 //     published again with a growing pause, never refused for it; at
 //     shutdown it goes back to the queue;
+//   - handed out by the broker as often as its delivery limit allows,
+//     less one (the api died or stopped with it each time): kept in the
+//     rejected queue as redelivery_limit, before the broker would
+//     dead-letter it there itself with every header, the producer's
+//     credential included; a message that panics the handler goes there
+//     too, without its credential, after a few panics;
 //   - the tenant over its publish rate limit: the message waits in the
 //     api for the bucket's next token, then goes on. The producer is
 //     slowed (its messages wait in the queue) rather than refused, since
@@ -37,6 +43,7 @@ package intake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -116,7 +123,7 @@ func New(cfg Config, conn *queue.Conn, topo queue.Topology, pub *queue.Publisher
 		log: log.With("source", "amqp"), retryBase: 100 * time.Millisecond, retryMax: 5 * time.Second}
 	s.consumer = queue.NewConsumer(conn, topo, pub, queue.ConsumerConfig{
 		Queues: []string{topo.PublishQueue()}, Prefetch: cfg.Prefetch, Concurrency: cfg.Prefetch, Grace: cfg.Grace,
-		Foreign: true, PoisonQueue: topo.PublishRejectedQueue(),
+		Foreign: true, PoisonQueue: topo.PublishRejectedQueue(), PoisonStrip: []string{HeaderAuthorization},
 	}, s.handle)
 	return s
 }
@@ -141,6 +148,13 @@ func (s *Source) handle(ctx context.Context, d amqp.Delivery) queue.Disposition 
 		metrics.PublishRequests.WithLabelValues(outcome).Inc()
 		metrics.PublishDuration.Observe(time.Since(start).Seconds())
 	}()
+	if n := deliveries(d); n >= s.topo.MaxDeliveries()-1 {
+		// The broker would dead-letter it at the next return, with every
+		// header, the producer's credential included.
+		outcome = "error"
+		return s.keep(ctx, d, 500, "redelivery_limit",
+			fmt.Sprintf("not published: the api took this message %d times without settling it (it stopped each time)", n))
+	}
 	var (
 		p   tenant.Principal
 		req event.Request
@@ -235,15 +249,21 @@ func (s *Source) waitForToken(ctx context.Context, p tenant.Principal) bool {
 	}
 }
 
-// refuse keeps a copy of d in the rejected queue with the answer the HTTP
-// route would give err, and acknowledges d; should that copy not be
-// confirmed, d goes back to the queue.
+// refuse keeps d in the rejected queue with the answer the HTTP route
+// would give err (see keep).
 func (s *Source) refuse(ctx context.Context, d amqp.Delivery, err error, outcome *string) queue.Disposition {
 	status, code, message, theirs := httpapi.PublishProblem(err)
 	if !theirs {
 		s.log.Error("message from the publish queue failed", "error", err)
 	}
 	*outcome = refusedOutcome(err, status)
+	return s.keep(ctx, d, status, code, message)
+}
+
+// keep puts a copy of d in the rejected queue with status, code and
+// message, and acknowledges d; should that copy not be confirmed, d goes
+// back to the queue.
+func (s *Source) keep(ctx context.Context, d amqp.Delivery, status int, code, message string) queue.Disposition {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		// The credential stays with the producer; the rest of what it
@@ -274,6 +294,18 @@ func refusedOutcome(err error, status int) string {
 		return "invalid"
 	}
 	return "error"
+}
+
+// deliveries is how often the broker handed d out before, as its quorum
+// queue counts (x-delivery-count, absent the first time).
+func deliveries(d amqp.Delivery) int {
+	switch v := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		return int(v)
+	case int32:
+		return int(v)
+	}
+	return 0
 }
 
 // header reads a string header of d.

@@ -214,6 +214,10 @@ func TestQueuePublishRejectsWithTheReason(t *testing.T) {
 			"insufficient_scope", 403},
 		{"missing event type", `{"data":{}}`, amqp.Table{"Authorization": "Bearer " + key}, "invalid_request", 400},
 		{"not JSON", `{"event_type":`, amqp.Table{"Authorization": "Bearer " + key}, "invalid_json", 400},
+		// The quorum queue's count, set here as the broker sets it on
+		// the twentieth hand-out.
+		{"handed out too often", good, amqp.Table{"Authorization": "Bearer " + key, "x-delivery-count": int64(19)},
+			"redelivery_limit", 500},
 		{"key differs from the header", `{"event_type":"a","data":{},"idempotency_key":"x"}`,
 			amqp.Table{"Authorization": "Bearer " + key, "Idempotency-Key": "y"}, "invalid_request", 400},
 	}

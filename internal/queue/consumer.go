@@ -54,8 +54,10 @@ type ConsumerConfig struct {
 	// queue of deliveries.
 	Foreign bool
 	// PoisonQueue receives the messages of a Foreign consumer that crashed
-	// their handler MaxPanics times.
+	// their handler MaxPanics times, without the headers named in
+	// PoisonStrip (a producer's credential).
 	PoisonQueue string
+	PoisonStrip []string
 }
 
 // Consumer consumes its queues (by default the three work queues, preferring

@@ -89,6 +89,9 @@ func (t Topology) PublishQueue() string { return t.Prefix + ".publish" }
 // the api took DeliveryLimit times without settling them.
 func (t Topology) PublishRejectedQueue() string { return t.Prefix + ".publish.rejected" }
 
+// MaxDeliveries is DeliveryLimit, or its default when unset.
+func (t Topology) MaxDeliveries() int { return t.deliveryLimit() }
+
 func (t Topology) deliveryLimit() int {
 	if t.DeliveryLimit > 0 {
 		return t.DeliveryLimit
