@@ -5,6 +5,13 @@
 //
 //	go run ./bench/publish -rates 500,1000,2000,max -webhooks 1,100 -duration 10s
 //
+// With -modes it compares the ways of publishing instead, on the api,
+// worker and dlq binaries as deployed: single events, batches and the
+// RabbitMQ exchange, each at saturation (events/s, the api's CPU per
+// event) and at a fixed rate (publish-to-receipt), see compare.go:
+//
+//	go run ./bench/publish -modes single,batch,queue -rate 1000 -batch 100 -duration 10s
+//
 // With -filters it compares webhooks with and without payload filters:
 // one tenant per configuration, the configurations run in turn, -rounds
 // times, each row giving its throughput against the unfiltered run of the
@@ -46,8 +53,24 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (api and load generator) here")
 	filters := flag.String("filters", "", "payload filter configurations to compare, run in turn: none, same (every webhook `data.amount > 100`), distinct (webhook i `data.amount > i`); every event matches them all")
 	rounds := flag.Int("rounds", 1, "with -filters, how many times the configurations run in turn")
+	modes := flag.String("modes", "", "compare ways of publishing on the deployed binaries instead: single, batch, queue (comma-separated)")
+	rate := flag.Int("rate", 1000, "with -modes, the events/s of the publish-to-receipt runs")
+	batch := flag.Int("batch", 100, "with -modes, the events of each batch request")
 	flag.Parse()
 	report.FlushWrites()
+	if *modes != "" {
+		o := compareOptions{rate: *rate, duration: *duration, concurrency: *concurrency, batch: *batch, size: *payload, out: *record}
+		for _, m := range strings.Split(*modes, ",") {
+			if m = strings.TrimSpace(m); m != modeSingle && m != modeBatch && m != modeQueue {
+				log.Fatalf("unknown mode %q (single, batch, queue)", m)
+			}
+			o.modes = append(o.modes, strings.TrimSpace(m))
+		}
+		if err := compare(context.Background(), o); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {

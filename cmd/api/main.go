@@ -17,8 +17,10 @@ import (
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/httpapi"
+	"github.com/hookline/hookline/internal/intake"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/process"
+	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/webhook"
 )
@@ -107,6 +109,14 @@ func run(ctx context.Context, args []string) error {
 	})
 	for _, p := range api.Parts() {
 		parts.Go(p.Name, p.Run)
+	}
+	// After the group commit, so that it stops before: its publishes in
+	// flight are committed and acknowledged.
+	if cfg.API.PublishQueuePrefetch > 0 {
+		src := intake.New(intake.Config{Prefetch: cfg.API.PublishQueuePrefetch, MaxPayloadBytes: cfg.API.MaxPayloadBytes,
+			Grace: cfg.ShutdownGrace.D()}, deps.AMQP, queue.Topology{Prefix: cfg.AMQP.Prefix}, api.Publisher, srv, api.Events,
+			api.Deps.Limits, log)
+		parts.Go("publish queue", src.Run)
 	}
 	parts.Go("http", func(ctx context.Context) error { return process.Serve(ctx, httpSrv, cfg.ShutdownGrace.D()) })
 	log.Info("api listening", "addr", cfg.API.Addr, "database", process.RedactURL(cfg.Database.URL))

@@ -216,6 +216,11 @@ type API struct {
 	// Default none: the client is the connecting peer, and X-Forwarded-For,
 	// which anyone can send, is ignored.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// PublishQueuePrefetch is how many messages of the publish queue
+	// (amqp.prefix + ".publish", docs/PUBLISHING.md) one api process holds
+	// and publishes at once; 0 leaves the queue to other api processes.
+	// Default 256.
+	PublishQueuePrefetch int `yaml:"publish_queue_prefetch"`
 }
 
 // AuthThrottle is a token bucket of failed authentications per client
@@ -305,6 +310,7 @@ func Default() Config {
 			MigrateOnStart:       true,
 			AuthCacheTTL:         Duration(5 * time.Second),
 			MaxWebhooksPerTenant: 1000,
+			PublishQueuePrefetch: 256,
 			ReadHeaderTimeout:    Duration(10 * time.Second),
 			ReadTimeout:          Duration(30 * time.Second),
 			IdleTimeout:          Duration(120 * time.Second),
@@ -454,6 +460,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.MaxWebhooksPerTenant < 1 || c.API.MaxWebhooksPerTenant > 1_000_000 {
 		bad("api.max_webhooks_per_tenant", "must be between 1 and 1000000, got %d", c.API.MaxWebhooksPerTenant)
+	}
+	if c.API.PublishQueuePrefetch < 0 || c.API.PublishQueuePrefetch > 10_000 {
+		bad("api.publish_queue_prefetch", "must be between 0 and 10000, got %d", c.API.PublishQueuePrefetch)
 	}
 	if c.API.AuthCacheTTL.D() < 0 || c.API.AuthCacheTTL.D() > time.Hour {
 		bad("api.auth_cache_ttl", "must be between 0 and 1h")

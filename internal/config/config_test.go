@@ -116,6 +116,7 @@ api:
   statement_timeout: 5s
   auth_failures: {burst: 3, per_minute: 2}
   trusted_proxies: ["10.0.0.0/8"]
+  publish_queue_prefetch: 64
 metrics_addr: ":9999"
 shutdown_grace: 90s
 worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2, host_queue_wait: 250ms}
@@ -158,6 +159,7 @@ tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://
 			StatementTimeout:     config.Duration(5 * time.Second),
 			AuthFailures:         config.AuthThrottle{Burst: 3, PerMinute: 2},
 			TrustedProxies:       []string{"10.0.0.0/8"},
+			PublishQueuePrefetch: 64,
 		},
 		Worker: config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2,
 			HostQueueWait: config.Duration(250 * time.Millisecond)},
@@ -442,6 +444,8 @@ func TestValidate(t *testing.T) {
 		{"rotation grace zero", func(c *config.Config) { c.API.SecretRotationGrace = 0 }, ""},
 		{"rotation grace 720h", func(c *config.Config) { c.API.SecretRotationGrace = config.Duration(720 * time.Hour) }, ""},
 		{"worker concurrency 0", func(c *config.Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
+		{"publish queue prefetch negative", func(c *config.Config) { c.API.PublishQueuePrefetch = -1 }, "api.publish_queue_prefetch"},
+		{"publish queue prefetch too large", func(c *config.Config) { c.API.PublishQueuePrefetch = 10_001 }, "api.publish_queue_prefetch"},
 		{"worker prefetch 0", func(c *config.Config) { c.Worker.Prefetch = 0 }, "worker.prefetch"},
 		{"worker connect timeout tiny", func(c *config.Config) { c.Worker.ConnectTimeout = config.Duration(time.Millisecond) }, "worker.connect_timeout"},
 		{"worker conns per host 0", func(c *config.Config) { c.Worker.MaxConnsPerHost = 0 }, "worker.max_conns_per_host"},

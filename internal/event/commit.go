@@ -87,6 +87,15 @@ func (c *committer) submit(ctx context.Context, p *pending) error {
 // commitWait is the longest a publish waits for its group commit.
 const commitWait = 30 * time.Second
 
+// commitAll commits batch by one statement of its own on the api's pool,
+// beside the group commit: a batch published as one is one commit. As
+// with submit, the caller cannot cancel it once it started.
+func (c *committer) commitAll(ctx context.Context, batch []*pending) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
+	defer cancel()
+	return c.exec(ctx, c.pool, batch)
+}
+
 func (c *committer) run(ctx context.Context) error {
 	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare, IndexScans: true}, c.log)
 	if err != nil {

@@ -49,6 +49,11 @@ type Request struct {
 	IdempotencyKey string
 	Priority       string
 	CorrelationID  string
+	// OwnKey marks an IdempotencyKey that was not the producer's but made
+	// for this publish by its caller (the RabbitMQ source's message id or
+	// generated key): like a key Publish generates, it skips the Redis
+	// fast path, which serves producers repeating their own keys.
+	OwnKey bool
 }
 
 // Result answers a publish.
@@ -109,7 +114,7 @@ func normalize(r *Request) ([]byte, error) {
 		return nil, fielderr.New("priority", "must be high, normal or low, got %q", r.Priority)
 	}
 	if r.IdempotencyKey == "" {
-		r.IdempotencyKey = keyPrefix + uuid.NewString()
+		r.IdempotencyKey = NewIdempotencyKey()
 	} else if err := checkKey(r.IdempotencyKey); err != nil {
 		return nil, err
 	}
@@ -126,6 +131,10 @@ func normalize(r *Request) ([]byte, error) {
 	h.Write(r.Data)
 	return h.Sum(nil), nil
 }
+
+// NewIdempotencyKey returns a fresh key of the form given to events
+// published without one (idk_<uuid>).
+func NewIdempotencyKey() string { return keyPrefix + uuid.NewString() }
 
 func checkKey(k string) error {
 	if len(k) > maxKeyLen {

@@ -143,7 +143,7 @@ func (s *Service) Publish(ctx context.Context, tenantID uuid.UUID, r Request) (R
 
 func (s *Service) publish(ctx context.Context, tenantID uuid.UUID, r Request) (Result, error) {
 	span := trace.SpanFromContext(ctx)
-	givenKey := r.IdempotencyKey != ""
+	givenKey := r.IdempotencyKey != "" && !r.OwnKey
 	hash, err := normalize(&r)
 	if err != nil {
 		return Result{}, err

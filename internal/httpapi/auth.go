@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,11 @@ const (
 )
 
 func bearer(c *gin.Context) (string, bool) {
-	h := c.GetHeader("Authorization")
+	return bearerToken(c.GetHeader("Authorization"))
+}
+
+// bearerToken reads the token of an Authorization header value.
+func bearerToken(h string) (string, bool) {
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", false
@@ -59,33 +64,47 @@ const TenantHeader = "Hookline-Tenant"
 // set is the same 404 as one that does not exist; a tenant API key naming
 // another tenant in the header gets that 404 too.
 func (s *Server) requireTenant(c *gin.Context) {
-	token, ok := bearer(c)
-	if !ok {
-		abort(c, errUnauthorized)
-		return
-	}
-	var (
-		p   tenant.Principal
-		err error
-	)
-	if strings.HasPrefix(token, tenant.ServiceKeyPrefix) {
-		p, err = s.authenticateService(c, token, c.GetHeader(TenantHeader), routeScope(c.Request.Method, c.FullPath()))
-	} else {
-		p, err = s.auth.Authenticate(c.Request.Context(), token)
-		if err == nil {
-			if h := c.GetHeader(TenantHeader); h != "" {
-				if id, perr := uuid.Parse(h); perr != nil || id != p.TenantID {
-					err = errNotFound
-				}
-			}
-		}
-	}
+	p, err := s.authenticate(c.Request.Context(), c.GetHeader("Authorization"), c.GetHeader(TenantHeader),
+		c.Request.Method, c.FullPath())
 	if err != nil {
-		abort(c, authErr(err))
+		abort(c, err)
 		return
 	}
 	s.setPrincipal(c, p)
 	c.Next()
+}
+
+// authenticate is requireTenant's check of the credential in
+// authorization (an Authorization header value) acting for tenantRef (a
+// Hookline-Tenant header value, may be empty) on the route of method.
+func (s *Server) authenticate(ctx context.Context, authorization, tenantRef, method, route string) (tenant.Principal, error) {
+	token, ok := bearerToken(authorization)
+	if !ok {
+		return tenant.Principal{}, errUnauthorized
+	}
+	if strings.HasPrefix(token, tenant.ServiceKeyPrefix) {
+		p, err := s.authenticateService(ctx, token, tenantRef, method, route, routeScope(method, route))
+		return p, authErr(err)
+	}
+	p, err := s.auth.Authenticate(ctx, token)
+	if err != nil {
+		return tenant.Principal{}, authErr(err)
+	}
+	if tenantRef != "" {
+		if id, perr := uuid.Parse(tenantRef); perr != nil || id != p.TenantID {
+			return tenant.Principal{}, errNotFound
+		}
+	}
+	return p, nil
+}
+
+// AuthenticatePublisher authenticates a producer as POST /v1/events does:
+// authorization is its Authorization value (Bearer and a tenant API key
+// or a service key with the publish scope), tenantRef its Hookline-Tenant
+// value. Its errors are answered by PublishProblem. The RabbitMQ source of
+// publishes authenticates its messages with it.
+func (s *Server) AuthenticatePublisher(ctx context.Context, authorization, tenantRef string) (tenant.Principal, error) {
+	return s.authenticate(ctx, authorization, tenantRef, http.MethodPost, "/v1/events")
 }
 
 // adminOrService lets through the admin token, and a service key acting
@@ -102,7 +121,7 @@ func (s *Server) adminOrService(scopes ...string) gin.HandlerFunc {
 			abort(c, newError(errUnauthorized.Status, "unauthorized", "missing or invalid credential: send Authorization: Bearer with the admin token or a service key"))
 			return
 		}
-		p, err := s.authenticateService(c, token, c.Param("id"), scopes...)
+		p, err := s.authenticateService(c.Request.Context(), token, c.Param("id"), c.Request.Method, c.FullPath(), scopes...)
 		if err != nil {
 			abort(c, authErr(err))
 			return
@@ -115,9 +134,9 @@ func (s *Server) adminOrService(scopes ...string) gin.HandlerFunc {
 // authenticateService checks a service key acting for the tenant named by
 // tenantRef with the scopes given (all of them). The key is checked first:
 // a wrong key is 401 whatever the tenant named.
-func (s *Server) authenticateService(c *gin.Context, token, tenantRef string, scopes ...string) (tenant.Principal, error) {
+func (s *Server) authenticateService(ctx context.Context, token, tenantRef, method, route string, scopes ...string) (tenant.Principal, error) {
 	id, perr := uuid.Parse(tenantRef)
-	p, err := s.auth.AuthenticateService(c.Request.Context(), token, id)
+	p, err := s.auth.AuthenticateService(ctx, token, id)
 	switch {
 	case errors.Is(err, tenant.ErrUnauthorized):
 		return tenant.Principal{}, err
@@ -133,10 +152,10 @@ func (s *Server) authenticateService(c *gin.Context, token, tenantRef string, sc
 		switch {
 		case scope == scopeNone:
 			return tenant.Principal{}, newError(http.StatusForbidden, "forbidden_for_service_keys",
-				"service keys cannot use %s; the admin manages a tenant's API keys under /v1/tenants/{id}/api-keys", c.FullPath())
+				"service keys cannot use %s; the admin manages a tenant's API keys under /v1/tenants/{id}/api-keys", route)
 		case !p.Service.Allows(scope):
 			return tenant.Principal{}, newError(http.StatusForbidden, "insufficient_scope",
-				"this service key lacks the %s scope that %s %s needs", scope, c.Request.Method, c.FullPath())
+				"this service key lacks the %s scope that %s %s needs", scope, method, route)
 		}
 	}
 	return p, nil
@@ -154,7 +173,7 @@ func routeScope(method, route string) string {
 		return scopeNone
 	case method == http.MethodGet || method == http.MethodHead:
 		return tenant.ScopeRead
-	case method == http.MethodPost && route == "/v1/events":
+	case method == http.MethodPost && (route == "/v1/events" || route == "/v1/events/batch"):
 		return tenant.ScopePublish
 	}
 	return tenant.ScopeManage

@@ -40,17 +40,40 @@ var (
 // failures and the like) are logged and answered as a plain 500: clients
 // never see SQL or driver messages.
 func abort(c *gin.Context, err error) {
+	ae := clientError(err)
+	if ae == nil {
+		logger(c).ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method, "route", c.FullPath(), "error", err)
+		ae = errInternal
+	}
+	c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
+}
+
+var errInternal = newError(http.StatusInternalServerError, "internal_error", "an internal error occurred; it has been logged")
+
+// clientError is the answer err gives the client, nil when err is not
+// the client's to know (ours: logged, answered internal_error).
+func clientError(err error) *apiError {
 	var ae *apiError
 	var fe *fielderr.Error
 	switch {
 	case errors.As(err, &ae):
+		return ae
 	case errors.As(err, &fe):
-		ae = &apiError{Status: http.StatusBadRequest, Code: "invalid_request", Message: fe.Error(), Field: fe.Field}
-	default:
-		logger(c).ErrorContext(c.Request.Context(), "request failed", "method", c.Request.Method, "route", c.FullPath(), "error", err)
-		ae = newError(http.StatusInternalServerError, "internal_error", "an internal error occurred; it has been logged")
+		return &apiError{Status: http.StatusBadRequest, Code: "invalid_request", Message: fe.Error(), Field: fe.Field}
 	}
-	c.AbortWithStatusJSON(ae.Status, gin.H{"error": ae})
+	return nil
+}
+
+// PublishProblem is what POST /v1/events answers for err, an error of
+// authentication, ParsePublish or event.Service.Publish: its status, code
+// and message, and ok false when err is not the producer's but ours (the
+// route's 500 internal_error), which the caller logs and may try again.
+func PublishProblem(err error) (status int, code, message string, ok bool) {
+	ae := clientError(mapEventErr(err))
+	if ae == nil {
+		return errInternal.Status, errInternal.Code, errInternal.Message, false
+	}
+	return ae.Status, ae.Code, ae.Message, true
 }
 
 func logger(c *gin.Context) *slog.Logger {

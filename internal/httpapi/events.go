@@ -101,6 +101,22 @@ func (s *Server) readPublish(c *gin.Context) (event.Request, error) {
 	if err != nil {
 		return event.Request{}, jsonError(err)
 	}
+	return parsePublish(raw, c.GetHeader("Idempotency-Key"), c.GetHeader("X-Correlation-Id"))
+}
+
+// ParsePublish parses the body of a publish (that of POST /v1/events)
+// with the Idempotency-Key header given with it (may be empty), refusing
+// it as the route would: a body over limit bytes, malformed JSON, an
+// unknown field, a field of the wrong type, a key that differs from the
+// header's. The RabbitMQ source of publishes reads its messages with it.
+func ParsePublish(raw []byte, limit int64, idempotencyKey string) (event.Request, error) {
+	if int64(len(raw)) > limit {
+		return event.Request{}, errTooLarge(limit)
+	}
+	return parsePublish(raw, idempotencyKey, "")
+}
+
+func parsePublish(raw []byte, idempotencyKey, correlationID string) (event.Request, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return event.Request{}, jsonError(err)
@@ -135,13 +151,13 @@ func (s *Server) readPublish(c *gin.Context) (event.Request, error) {
 	if v, ok := fields["data"]; ok && string(v) != "null" {
 		r.Data = v
 	}
-	if h := c.GetHeader("Idempotency-Key"); h != "" {
+	if h := idempotencyKey; h != "" {
 		if r.IdempotencyKey != "" && r.IdempotencyKey != h {
 			return event.Request{}, fielderr.New("idempotency_key", "differs from the Idempotency-Key header; send one or make them equal")
 		}
 		r.IdempotencyKey = h
 	}
-	r.CorrelationID = c.GetHeader("X-Correlation-Id")
+	r.CorrelationID = correlationID
 	return r, nil
 }
 

@@ -152,7 +152,7 @@ func TestEveryTenantRouteNeedsTheScopeItsMethodSays(t *testing.T) {
 			want = scopeNone
 		case r.Method == http.MethodGet:
 			want = tenant.ScopeRead
-		case r.Method == http.MethodPost && r.Path == "/v1/events":
+		case r.Method == http.MethodPost && (r.Path == "/v1/events" || r.Path == "/v1/events/batch"):
 			want = tenant.ScopePublish
 		}
 		path := strings.NewReplacer(":id", id, ":delivery_id", id).Replace(r.Path)

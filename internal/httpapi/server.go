@@ -191,6 +191,7 @@ func (s *Server) Handler() http.Handler {
 	v1.POST("/webhooks/:id/recover", s.recoverWebhook)
 	v1.GET("/deliveries/:id", s.getDelivery)
 	v1.POST("/events", s.publishEvent)
+	v1.POST("/events/batch", s.publishBatch)
 	v1.GET("/events", s.findEvents)
 	v1.GET("/events/:id", s.getEvent)
 	v1.POST("/events/:id/replay", s.replayEvent)

@@ -733,3 +733,74 @@ func TestAFailingPartStopsTheProcess(t *testing.T) {
 		t.Fatalf("the worker kept running without its operations server\n%s", w.out)
 	}
 }
+
+// An api killed with SIGKILL halfway through the messages of its publish
+// queue: the events it committed are there once, and a fresh api
+// publishes the rest, the messages the killed one had taken but not
+// acknowledged included (replays of their keys, not second events).
+// Half the messages carry an Idempotency-Key header, half only a message
+// id, which stands for the key.
+func TestQueuePublishesSurviveSIGKILL(t *testing.T) {
+	t.Parallel()
+	const n = 4000
+	dbURL := dbtest.NewURL(t, false)
+	topo := queuetest.NewTopology(t)
+	addr1 := freeAddr(t)
+	api1 := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr1, "AMQP_PREFIX="+topo.Prefix)
+	waitReady(t, api1, "http://"+addr1+"/readyz")
+	base := "http://" + addr1
+	key := postJSON(t, base+"/v1/tenants", "process-test-token",
+		`{"name": "queue", "publish_rate_limit": {"requests_per_second": 100000, "burst": 100000}}`, http.StatusCreated)["api_key"].(string)
+	postJSON(t, base+"/v1/webhooks", key, `{"url": "https://8.8.8.8/a", "events": ["*"]}`, http.StatusCreated)
+	api1.kill(t)
+
+	queuetest.WithChannel(t, func(ch *amqp.Channel) error {
+		if err := ch.Confirm(false); err != nil {
+			return err
+		}
+		confirms := make([]*amqp.DeferredConfirmation, 0, n)
+		for i := range n {
+			msg := amqp.Publishing{DeliveryMode: amqp.Persistent, Headers: amqp.Table{"Authorization": "Bearer " + key},
+				Body: fmt.Appendf(nil, `{"event_type": "order.created", "data": {"i": %d}}`, i)}
+			if i%2 == 0 {
+				msg.Headers["Idempotency-Key"] = fmt.Sprintf("ev-%d", i)
+			} else {
+				msg.MessageId = fmt.Sprintf("ev-%d", i)
+			}
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), topo.PublishExchange(), "", false, false, msg)
+			if err != nil {
+				return err
+			}
+			confirms = append(confirms, dc)
+		}
+		return queue.WaitConfirms(context.Background(), confirms...)
+	})
+
+	pool, err := db.Open(context.Background(), dbURL, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	count := func(sql string) int {
+		var c int
+		require.NoError(t, pool.QueryRow(context.Background(), sql).Scan(&c))
+		return c
+	}
+	addr2 := freeAddr(t)
+	api2 := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr2, "AMQP_PREFIX="+topo.Prefix)
+	waitFor(t, 60*time.Second, api2, func() bool { return count(`SELECT count(*) FROM events`) >= n/10 }, "a tenth published")
+	api2.kill(t)
+	atKill := count(`SELECT count(*) FROM events`)
+	require.Less(t, atKill, n, "killed before the end")
+	require.Positive(t, queuetest.Depth(t, topo.PublishQueue()), "messages left for the next api")
+
+	addr3 := freeAddr(t)
+	api3 := start(t, "api", "DATABASE_URL="+dbURL, "API_ADDR="+addr3, "AMQP_PREFIX="+topo.Prefix)
+	waitFor(t, 60*time.Second, api3, func() bool {
+		return count(`SELECT count(*) FROM events`) >= n && queuetest.Depth(t, topo.PublishQueue()) == 0
+	}, "every message published")
+	stopWithSIGTERM(t, api3)
+	require.Zero(t, queuetest.Depth(t, topo.PublishQueue()), "every message acknowledged")
+	require.Zero(t, queuetest.Depth(t, topo.PublishRejectedQueue()), "none refused")
+	require.Equal(t, n, count(`SELECT count(*) FROM events`), "each message once")
+	require.Equal(t, n, count(`SELECT count(DISTINCT idempotency_key) FROM events WHERE idempotency_key LIKE 'ev-%'`))
+	require.Equal(t, n, count(`SELECT count(*) FROM deliveries`))
+}

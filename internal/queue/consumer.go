@@ -47,6 +47,17 @@ type ConsumerConfig struct {
 	// MaxPanics is how often a message may crash its handler (a panic)
 	// before it is dead-lettered. Default 3.
 	MaxPanics int
+	// Foreign marks queues that producers outside hookline publish to:
+	// their messages' headers are not hookline's, so a due time in them
+	// (HeaderNotBefore) is not obeyed, and a message that crashed its
+	// handler MaxPanics times goes to PoisonQueue, not to the dead-letter
+	// queue of deliveries.
+	Foreign bool
+	// PoisonQueue receives the messages of a Foreign consumer that crashed
+	// their handler MaxPanics times, without the headers named in
+	// PoisonStrip (a producer's credential).
+	PoisonQueue string
+	PoisonStrip []string
 }
 
 // Consumer consumes its queues (by default the three work queues, preferring
@@ -202,7 +213,7 @@ func next(ctx context.Context, sources []<-chan amqp.Delivery) (amqp.Delivery, i
 
 // handle hands d, taken from queue, to the handler and settles it.
 func (c *Consumer) handle(ctx context.Context, queue string, d amqp.Delivery) {
-	if c.deferUntilDue(ctx, d) {
+	if !c.cfg.Foreign && c.deferUntilDue(ctx, d) {
 		return
 	}
 	disp, crash := c.call(ctx, d)

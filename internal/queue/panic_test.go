@@ -109,3 +109,44 @@ func getOne(t *testing.T, name string) amqp.Delivery {
 	require.True(t, ok, "a message on %s", name)
 	return d
 }
+
+// A Foreign consumer (the publish queue, which producers outside hookline
+// write to) hands over a message carrying a due time in the future at
+// once, not obeying a header hookline did not set, and sends a message
+// that panics its handler MaxPanics times to its PoisonQueue, not to the
+// dead-letter queue of deliveries, without the headers it strips.
+func TestForeignConsumerIgnoresDueTimesAndPoisonsToItsQueue(t *testing.T) {
+	t.Parallel()
+	conn, topo, pub := setup(t)
+	future := time.Now().Add(time.Hour).UnixMilli()
+	for _, id := range []string{"due-later", "bomb"} {
+		queuetest.Publish(t, topo.PublishExchange(), "", amqp.Publishing{MessageId: id, Body: []byte("{}"),
+			Headers: amqp.Table{queue.HeaderNotBefore: future, "Authorization": "Bearer secret", "Other": "kept"}})
+	}
+	h := &handled{times: map[string]int{}, redelivered: map[string]bool{}}
+	runConsumer(t, conn, topo, pub, queue.ConsumerConfig{Queues: []string{topo.PublishQueue()}, Prefetch: 8, Concurrency: 2,
+		Grace: time.Second, MaxPanics: 2, Foreign: true, PoisonQueue: topo.PublishRejectedQueue(),
+		PoisonStrip: []string{"Authorization"}},
+		func(_ context.Context, d amqp.Delivery) queue.Disposition {
+			h.add(d)
+			if d.MessageId == "bomb" {
+				panic("bomb")
+			}
+			return queue.Ack
+		})
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		return queuetest.Depth(t, topo.PublishRejectedQueue()) == 1
+	}, "the panicking message reached the poison queue")
+	times, _ := h.snapshot()
+	require.Equal(t, 1, times["due-later"], "handed over at once, its due time ignored")
+	require.Equal(t, 2, times["bomb"])
+	require.Zero(t, queuetest.Depth(t, topo.DeadQueue()), "nothing in the deliveries' dead-letter queue")
+	for _, tier := range queue.Tiers() {
+		require.Zero(t, queuetest.Depth(t, topo.DelayQueue(tier)), "nothing sent to the %s delay tier", tier)
+	}
+	poisoned := getOne(t, topo.PublishRejectedQueue())
+	require.Equal(t, "bomb", poisoned.MessageId)
+	require.Equal(t, int64(2), poisoned.Headers[queue.HeaderPanics])
+	require.NotContains(t, poisoned.Headers, "Authorization", "stripped")
+	require.Equal(t, "kept", poisoned.Headers["Other"])
+}

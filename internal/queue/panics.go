@@ -61,7 +61,13 @@ func (c *Consumer) afterPanic(ctx context.Context, queue string, d amqp.Delivery
 	var err error
 	switch {
 	case n < c.cfg.MaxPanics:
-		err = c.pub.publishTo(ctx, queue, m)
+		err = c.pub.PublishToQueue(ctx, queue, m)
+	case c.cfg.Foreign:
+		outcome = "dead_lettered"
+		for _, h := range c.cfg.PoisonStrip {
+			delete(m.Headers, h)
+		}
+		err = c.pub.PublishToQueue(ctx, c.cfg.PoisonQueue, m)
 	case queue != c.topo.DeadQueue():
 		outcome = "dead_lettered"
 		err = c.pub.PublishDead(ctx, m)

@@ -156,9 +156,9 @@ func (p *Publisher) PublishDead(ctx context.Context, m Message) error {
 	return p.send(ctx, time.Now(), []outgoing{{exchange: p.topo.DeadExchange(), msg: m}})
 }
 
-// publishTo sends a message straight to the queue named queue, at its
-// tail.
-func (p *Publisher) publishTo(ctx context.Context, queue string, m Message) error {
+// PublishToQueue sends a message straight to the queue named queue, at
+// its tail (through the default exchange).
+func (p *Publisher) PublishToQueue(ctx context.Context, queue string, m Message) error {
 	return p.send(ctx, time.Now(), []outgoing{{key: queue, msg: m}})
 }
 

@@ -76,6 +76,22 @@ func (t Topology) DeadExchange() string { return t.Prefix + ".dead" }
 // DeadQueue is the dead-letter queue the dlq process consumes.
 func (t Topology) DeadQueue() string { return t.Prefix + ".dead" }
 
+// PublishExchange takes events from producers (docs/PUBLISHING.md): a
+// fanout exchange, so that any routing key reaches the publish queue.
+func (t Topology) PublishExchange() string { return t.Prefix + ".publish" }
+
+// PublishQueue is the queue the api processes consume PublishExchange
+// through.
+func (t Topology) PublishQueue() string { return t.Prefix + ".publish" }
+
+// PublishRejectedQueue keeps the messages of PublishExchange that were
+// refused (headers x-error-code and x-error-message say why), and those
+// the api took DeliveryLimit times without settling them.
+func (t Topology) PublishRejectedQueue() string { return t.Prefix + ".publish.rejected" }
+
+// MaxDeliveries is DeliveryLimit, or its default when unset.
+func (t Topology) MaxDeliveries() int { return t.deliveryLimit() }
+
 func (t Topology) deliveryLimit() int {
 	if t.DeliveryLimit > 0 {
 		return t.DeliveryLimit
@@ -92,6 +108,7 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		{t.DelayExchange(), amqp.ExchangeTopic},
 		{t.RequeueExchange(), amqp.ExchangeTopic},
 		{t.DeadExchange(), amqp.ExchangeFanout},
+		{t.PublishExchange(), amqp.ExchangeFanout},
 	}
 	for _, x := range exchanges {
 		if err := ch.ExchangeDeclare(x.name, x.kind, true, false, false, false, nil); err != nil {
@@ -100,6 +117,9 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	}
 	dead := amqp.Table{"x-queue-type": "quorum"}
 	if err := declareBound(ch, t.DeadQueue(), dead, t.DeadExchange(), ""); err != nil {
+		return err
+	}
+	if err := t.declarePublish(ch); err != nil {
 		return err
 	}
 	for _, p := range Priorities {
@@ -133,6 +153,26 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	return nil
 }
 
+// declarePublish declares the publish queue, bound to its exchange, and
+// the queue of rejected publishes, which the broker dead-letters a message
+// to (through the default exchange) once the api took it DeliveryLimit
+// times without settling it: a message that crashes the api is kept, not
+// taken forever.
+func (t Topology) declarePublish(ch *amqp.Channel) error {
+	if _, err := ch.QueueDeclare(t.PublishRejectedQueue(), true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return fmt.Errorf("declare queue %s: %w", t.PublishRejectedQueue(), err)
+	}
+	args := amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-delivery-limit":          int64(t.deliveryLimit()),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": t.PublishRejectedQueue(),
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
+	}
+	return declareBound(ch, t.PublishQueue(), args, t.PublishExchange(), "")
+}
+
 func declareBound(ch *amqp.Channel, queue string, args amqp.Table, exchange, key string) error {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
 		return fmt.Errorf("declare queue %s: %w", queue, err)
@@ -146,7 +186,7 @@ func declareBound(ch *amqp.Channel, queue string, args amqp.Table, exchange, key
 // Delete removes every exchange and queue of the topology; tests use it to
 // leave nothing behind.
 func (t Topology) Delete(ch *amqp.Channel) error {
-	queues := []string{t.DeadQueue()}
+	queues := []string{t.DeadQueue(), t.PublishQueue(), t.PublishRejectedQueue()}
 	for _, p := range Priorities {
 		queues = append(queues, t.WorkQueue(p))
 	}
@@ -158,7 +198,7 @@ func (t Topology) Delete(ch *amqp.Channel) error {
 			return fmt.Errorf("delete queue %s: %w", q, err)
 		}
 	}
-	for _, x := range []string{t.WorkExchange(), t.DelayExchange(), t.RequeueExchange(), t.DeadExchange()} {
+	for _, x := range []string{t.WorkExchange(), t.DelayExchange(), t.RequeueExchange(), t.DeadExchange(), t.PublishExchange()} {
 		if err := ch.ExchangeDelete(x, false, false); err != nil {
 			return fmt.Errorf("delete exchange %s: %w", x, err)
 		}

@@ -77,6 +77,9 @@ type System struct {
 	DBURL, DBName string
 	// AdminToken authorises POST /v1/tenants.
 	AdminToken string
+	// AMQPURL is the system's own RabbitMQ vhost, whose exchanges and
+	// queues are named with the default prefix, hookline.
+	AMQPURL string
 
 	procs   map[string]*process
 	cleanup []func() error
@@ -153,6 +156,7 @@ func (s *System) prepare(ctx context.Context, id string) error {
 		return err
 	}
 	s.DBURL, s.DBName = dbURL, "hookline_"+id
+	s.AMQPURL = amqpURL(vhostName(id))
 	s.onClose(func() error { return dropDatabase("hookline_" + id) })
 	if err := createVhost(ctx, vhostName(id)); err != nil {
 		return err

@@ -74,6 +74,13 @@ func MachineTicks() int64 {
 	return busy
 }
 
+// ProcTicks returns the CPU time pid has used, its threads included, in
+// clock ticks (see TicksDuration); 0 when it cannot be read.
+func ProcTicks(pid int) int64 { return procTicks(pid) }
+
+// TicksDuration converts clock ticks of /proc to a duration.
+func TicksDuration(ticks int64) time.Duration { return time.Duration(ticks) * time.Second / clockTicks }
+
 // procTicks returns utime+stime of pid (its threads included).
 func procTicks(pid int) int64 {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
