@@ -76,8 +76,9 @@ func (f DeadLetterFilter) Validate(path string) error {
 
 // DeadLetterWhere is the condition that selects the deliveries d (joined
 // with their events e) that a DeadLetterFilter names; its arguments come
-// from Args.
-const DeadLetterWhere = `d.tenant_id = @tenant_id AND d.status = 'exhausted'
+// from Args. The condition on e.tenant_id lets the planner find a rare
+// event type's entries from its events.
+const DeadLetterWhere = `d.tenant_id = @tenant_id AND e.tenant_id = @tenant_id AND d.status = 'exhausted'
   AND (@webhook_ids::uuid[] IS NULL OR d.webhook_id = ANY(@webhook_ids::uuid[]))
   AND (@event_types::text[] IS NULL OR e.event_type = ANY(@event_types::text[]))
   AND (@categories::text[] IS NULL OR coalesce(d.failure_category, '` + UnknownCategory + `') = ANY(@categories::text[]))

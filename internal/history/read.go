@@ -100,10 +100,13 @@ ORDER BY attempt_number`
 	// The time bounds are id bounds too ($9 and $10): the page starts where
 	// from is in deliveries_webhook_idx instead of at the webhook's first
 	// delivery. Planned with the values of each request (see
-	// QueryExecModeDescribeExec in List), so that the filters not given fold away.
+	// QueryExecModeDescribeExec in List), so that the filters not given
+	// fold away. e.tenant_id lets a rare event type be found from its
+	// events (events_tenant_type_idx) rather than by walking the
+	// webhook's deliveries until a page of it turns up.
 	listDeliveriesSQL = `SELECT ` + deliveryColumns + `
 FROM deliveries d JOIN events e ON e.id = d.event_id
-WHERE d.webhook_id = $1 AND d.tenant_id = $2 AND d.id >= $9 AND d.id < $10
+WHERE d.webhook_id = $1 AND d.tenant_id = $2 AND e.tenant_id = $2 AND d.id >= $9 AND d.id < $10
   AND ($3::uuid IS NULL OR d.id > $3)
   AND ($4::text IS NULL OR d.status = $4)
   AND ($5::text IS NULL OR e.event_type = $5)
