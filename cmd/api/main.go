@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/httpapi"
@@ -46,14 +47,19 @@ func run(ctx context.Context, args []string) error {
 	case "migrate":
 		return migrate(ctx, cfg.Database.URL, log)
 	case "rotate-secret-key":
-		return webhook.RotateSecretKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
+		if err := webhook.RotateSecretKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log); err != nil {
+			return err
+		}
+		return console.ResealSigningKeysCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
+	case "rotate-console-key":
+		return console.RotateSigningKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
 	case "serve":
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate or rotate-secret-key)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate, rotate-secret-key or rotate-console-key)", cmd)
 	}
 
-	// Every statement of the serving api is bounded; "api migrate" and
-	// "api rotate-secret-key" above are not.
+	// Every statement of the serving api is bounded; "api migrate", "api
+	// rotate-secret-key" and "api rotate-console-key" above are not.
 	if cfg.Database.URL, err = db.WithStatementTimeout(cfg.Database.URL, cfg.API.StatementTimeout.D()); err != nil {
 		return err
 	}

@@ -123,7 +123,12 @@ func (c *Console) startPortal(ctx *gin.Context) {
 		return
 	}
 	framePolicy(ctx, t.Portal)
-	c.setPortalCookie(ctx, c.encodeSession(s), int(time.Until(s.Expires).Seconds()))
+	cookie, err := c.encodeSession(ctx.Request.Context(), s)
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	c.setPortalCookie(ctx, cookie, int(time.Until(s.Expires).Seconds()))
 	actx := audit.WithActor(ctx.Request.Context(), portalActor(ctx, s))
 	if err := c.auditLog.Record(actx, s.TenantID, actionPortalOpened, "portal_session", s.KeyID.String(), nil); err != nil {
 		c.log.Error("audit record failed", "action", actionPortalOpened, "error", err)
@@ -155,7 +160,7 @@ func (c *Console) requirePortal(ctx *gin.Context) {
 		// A session that ended still names its tenant, in a cookie only
 		// hookline can have signed: the page saying so shows in its frame.
 		if v, err := ctx.Cookie(portalCookie); err == nil {
-			if ended, err := c.decodeSession(v, true); err == nil {
+			if ended, err := c.decodeSession(ctx.Request.Context(), v, true); err == nil {
 				c.framePolicyOf(ctx, ended.TenantID)
 			}
 		}
@@ -173,9 +178,12 @@ func (c *Console) portalSession(ctx *gin.Context) (*Session, error) {
 	if err != nil || v == "" {
 		return nil, nil
 	}
-	s, err := c.decodeSession(v, true)
-	if err != nil {
+	s, err := c.decodeSession(ctx.Request.Context(), v, true)
+	if errors.Is(err, errBadSession) {
 		return nil, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	err = c.db.QueryRow(ctx.Request.Context(), portalActiveSQL, s.KeyID, s.TenantID).Scan(&s.OpenedBy)
 	if errors.Is(err, pgx.ErrNoRows) {

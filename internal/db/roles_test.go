@@ -121,6 +121,9 @@ var refusedToAll = []roleCase{
 	{`DELETE FROM api_keys`, false},
 	{`UPDATE audit_log SET action = 'x'`, false},
 	{`DELETE FROM audit_log`, false},
+	// Console signing keys are rotated and resealed by the owner only.
+	{`DELETE FROM console_signing_keys`, false},
+	{`UPDATE console_signing_keys SET sealed_key = 'x'`, false},
 }
 
 // The worker loads deliveries, records attempts, moves deliveries, persists
@@ -132,6 +135,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 	f := newRoleFixture(t, pool)
 	checkRole(t, pool, "hookline_worker", f, append([]roleCase{
 		{`SELECT * FROM api_keys`, false},
+		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT key_hash FROM api_keys`, false},
 		{`UPDATE tenants SET name = 'x'`, false},
 		{`SELECT name FROM tenants`, false},
@@ -179,6 +183,9 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT id FROM webhooks WHERE id = '{webhook}' FOR UPDATE`, true},
 		{`UPDATE webhooks SET active = false WHERE id = '{webhook}'`, false},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
+		// The first api process to need a console signing key makes it.
+		{`INSERT INTO console_signing_keys (id, sealed_key) VALUES (1, 'k') ON CONFLICT (id) DO NOTHING`, true},
+		{`SELECT id, sealed_key FROM console_signing_keys`, true},
 	}, refusedToAll...))
 }
 
@@ -233,6 +240,7 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT secret FROM webhooks`, false},
 		{`SELECT * FROM webhooks`, false},
 		{`SELECT * FROM api_keys`, false},
+		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT * FROM tenants`, false},
 		{`UPDATE webhooks SET active = true`, false},
 		{`UPDATE events SET event_type = 'x'`, false},
