@@ -1,6 +1,8 @@
 // Command api serves the hookline REST API. "api migrate" applies the
-// database migrations and exits; "api" (or "api serve") migrates when
-// configured to and serves until SIGTERM or SIGINT.
+// database migrations and exits; "api rotate-secret-key" seals every stored
+// secret under the current secret key; "api rotate-console-key" replaces
+// the key that signs console and portal sessions; "api" (or "api serve")
+// migrates when configured to and serves until SIGTERM or SIGINT.
 package main
 
 import (

@@ -13,6 +13,8 @@ CREATE TABLE console_signing_keys (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- The api makes the first key; rotating and resealing are commands run as
--- the owner of the schema.
-GRANT SELECT, INSERT ON console_signing_keys TO hookline_api;
+-- The api makes the first key, and "api rotate-secret-key", which runs
+-- under the api's role, seals the keys again; rotating ("api
+-- rotate-console-key") deletes keys, which only the owner of the schema
+-- does.
+GRANT SELECT, INSERT, UPDATE (sealed_key) ON console_signing_keys TO hookline_api;
