@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,9 +110,9 @@ const (
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
 RETURNING updated_at, verification, coalesce(disabled_reason, ''), disabled_at`
 
-	// lockHeadersSQL reads the stored headers of an update that writes
-	// masked values back, and holds the row until the update.
-	lockHeadersSQL = `SELECT headers FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`
+	// lockHeadersSQL reads the stored url and headers of an update that
+	// writes masked values back, and holds the row until the update.
+	lockHeadersSQL = `SELECT url, headers FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`
 
 	deleteWebhookSQL = `UPDATE webhooks SET deleted_at = now(), active = false, updated_at = now()
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -225,8 +224,10 @@ func (s *Store) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]W
 
 // Update stores every settable field of w. A header value given exactly
 // as responses show the stored one (MaskHeaderValue) keeps the stored
-// value, so that a client can write back what it read; the stored row is
-// locked meanwhile, so that the value kept is the one the mask was of.
+// value, so that a client can write back what it read, unless the stored
+// URL is of another origin than w's: the value is then dropped and named
+// in ClearedHeaders. The stored row is locked meanwhile, so that the value
+// kept is the one the mask was of.
 func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
 	out, err := s.updateKeepingHeaders(ctx, w)
 	if err == nil && out.Active {
@@ -252,8 +253,9 @@ func (s *Store) updateKeepingHeaders(ctx context.Context, w Webhook) (Webhook, e
 	}
 	var out Webhook
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var storedURL string
 		var column []byte
-		err := tx.QueryRow(ctx, lockHeadersSQL, w.ID, w.TenantID).Scan(&column)
+		err := tx.QueryRow(ctx, lockHeadersSQL, w.ID, w.TenantID).Scan(&storedURL, &column)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -263,6 +265,11 @@ func (s *Store) updateKeepingHeaders(ctx context.Context, w Webhook) (Webhook, e
 		stored, err := OpenHeaders(s.keys, w.ID, column)
 		if err != nil {
 			return err
+		}
+		if Origin(storedURL) != Origin(w.URL) {
+			var cleared []string
+			w.Headers, cleared = headersForNewOrigin(w.Headers, &map[string]string{})
+			w.ClearedHeaders = append(w.ClearedHeaders, cleared...)
 		}
 		w.Headers = keepMasked(w.Headers, stored)
 		out, err = s.update(ctx, tx, w)
@@ -305,7 +312,7 @@ func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, e
 // anyMasked reports whether a header value has the form of a masked one.
 func anyMasked(h Headers) bool {
 	for _, v := range h {
-		if v == maskShort || strings.HasSuffix(v, "…") {
+		if looksMasked(v) {
 			return true
 		}
 	}
