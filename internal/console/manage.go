@@ -131,8 +131,13 @@ func (c *Console) updateWebhook(ctx *gin.Context) {
 	}
 	// A new URL of a verified endpoint is checked again, as the REST API
 	// does after a change.
+	cleared := len(w.ClearedHeaders) > 0
 	w = c.checker.Settle(ctx.Request.Context(), c.webhooks, w, c.now(), c.log)
-	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, "updated"))
+	done := "updated"
+	if cleared {
+		done = "headers_cleared"
+	}
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, done))
 }
 
 // verifyWebhook (re)starts the endpoint verification of a webhook and
