@@ -134,8 +134,9 @@ func (k *signingKeys) read(ctx context.Context) (map[uint32][]byte, uint32, erro
 			k.log.Error("console signing key not usable", "key_id", s.ID, "error", err)
 			continue
 		}
-		byID[uint32(s.ID)] = key //nolint:gosec // ids are positive (CHECK id > 0)
-		newest = max(newest, uint32(s.ID))
+		id := uint32(s.ID) //nolint:gosec // ids are positive (CHECK id > 0)
+		byID[id] = key
+		newest = max(newest, id)
 	}
 	return byID, newest, nil
 }
