@@ -56,10 +56,9 @@ type Session struct {
 	// replays take from.
 	PublishLimit config.PublishRateLimit
 	nonce        [16]byte
-	// signedBy is the id of the signing key of the session's cookie, and
-	// signKey that key, which signs its CSRF tokens too.
-	signedBy uint32
-	signKey  []byte
+	// signKey is the key that signed the session's cookie, which signs
+	// its CSRF tokens too.
+	signKey []byte
 }
 
 // Root is the path the session's pages live under.
@@ -146,15 +145,14 @@ func (c *Console) decodeSession(ctx context.Context, v string, portal bool) (Ses
 		return Session{}, errBadSession
 	}
 	payload, sum := b[:sessionLen], b[sessionLen:]
-	s := Session{Portal: portal, signedBy: binary.BigEndian.Uint32(payload[1:5])}
-	key, ok, err := c.keys.get(ctx, s.signedBy, c.now())
+	key, ok, err := c.keys.get(ctx, binary.BigEndian.Uint32(payload[1:5]), c.now())
 	if err != nil {
 		return Session{}, err
 	}
 	if !ok || !hmac.Equal(sum, mac(key, "session", payload)) {
 		return Session{}, errBadSession
 	}
-	s.signKey = key
+	s := Session{Portal: portal, signKey: key}
 	copy(s.KeyID[:], payload[5:21])
 	copy(s.TenantID[:], payload[21:37])
 	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[37:45])), 0) //nolint:gosec // written by us from a positive Unix time and authenticated
