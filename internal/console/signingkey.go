@@ -109,7 +109,8 @@ func (k *signingKeys) load(ctx context.Context, now time.Time) error {
 		}
 	}
 	if len(byID) == 0 {
-		return errors.New("console signing key: none stored and none could be made")
+		return errors.New("console signing key: none of the stored keys opens with security.secret_keys " +
+			"(was the secret key that sealed them removed before api rotate-secret-key ran?); api rotate-console-key makes a new one")
 	}
 	k.byID, k.newest, k.loadedAt = byID, newest, now
 	return nil
