@@ -1,6 +1,8 @@
 // Command api serves the hookline REST API. "api migrate" applies the
-// database migrations and exits; "api" (or "api serve") migrates when
-// configured to and serves until SIGTERM or SIGINT.
+// database migrations and exits; "api rotate-secret-key" seals every stored
+// secret under the current secret key; "api rotate-console-key" replaces
+// the key that signs console and portal sessions; "api" (or "api serve")
+// migrates when configured to and serves until SIGTERM or SIGINT.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hookline/hookline/internal/config"
+	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/httpapi"
@@ -48,14 +51,19 @@ func run(ctx context.Context, args []string) error {
 	case "migrate":
 		return migrate(ctx, cfg.Database.URL, log)
 	case "rotate-secret-key":
-		return webhook.RotateSecretKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
+		if err := webhook.RotateSecretKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log); err != nil {
+			return err
+		}
+		return console.ResealSigningKeysCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
+	case "rotate-console-key":
+		return console.RotateSigningKeyCommand(ctx, cfg.Database.URL, cfg.Security.SecretKeys, log)
 	case "serve":
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate or rotate-secret-key)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate, rotate-secret-key or rotate-console-key)", cmd)
 	}
 
-	// Every statement of the serving api is bounded; "api migrate" and
-	// "api rotate-secret-key" above are not.
+	// Every statement of the serving api is bounded; "api migrate", "api
+	// rotate-secret-key" and "api rotate-console-key" above are not.
 	if cfg.Database.URL, err = db.WithStatementTimeout(cfg.Database.URL, cfg.API.StatementTimeout.D()); err != nil {
 		return err
 	}

@@ -1,8 +1,8 @@
 // Package audit records security-relevant actions of tenants and operators
-// (tenant and key creation, key revocation, secret rotation, webhook
-// deletion, breaker overrides, retries, recoveries and replays, and the
-// automatic disabling of failing endpoints) in the audit_log table,
-// and lists a tenant's own rows.
+// (tenant and key creation, key revocation, every change to a webhook,
+// breaker overrides, retries, recoveries and replays, and the automatic
+// disabling of failing endpoints) in the audit_log table, and lists a
+// tenant's own rows.
 //
 // Who acts travels in the request context (WithActor), so that stores can
 // write the row inside the transaction of the action they perform without
@@ -23,10 +23,18 @@ import (
 
 // Actions written to the log.
 const (
-	TenantCreated      = "tenant.created"
-	APIKeyCreated      = "api_key.created"
-	APIKeyRevoked      = "api_key.revoked"
-	SecretRotated      = "webhook.secret_rotated"
+	TenantCreated  = "tenant.created"
+	APIKeyCreated  = "api_key.created"
+	APIKeyRevoked  = "api_key.revoked"
+	SecretRotated  = "webhook.secret_rotated"
+	WebhookCreated = "webhook.created"
+	// WebhookUpdated names the fields changed (details.changed), never a
+	// header value or the secret.
+	WebhookUpdated     = "webhook.updated"
+	WebhookPaused      = "webhook.paused"
+	WebhookResumed     = "webhook.resumed"
+	WebhookTestSent    = "webhook.test_sent"
+	WebhookVerified    = "webhook.verified"
 	WebhookDeleted     = "webhook.deleted"
 	CircuitOverridden  = "webhook.circuit_breaker_overridden"
 	DeliveryRetried    = "delivery.retried"

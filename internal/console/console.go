@@ -14,13 +14,12 @@
 // HMAC-SHA256 that names the key (never the key itself) and an expiry, so
 // that any api process accepts it; every request checks again that the key
 // is neither revoked nor expired. Every form carries a CSRF token derived
-// from the session.
+// from the session. The signing key is random and shared through Postgres
+// (signingkey.go), never derived from another credential.
 package console
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"log/slog"
 	"net/http"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/ratelimit"
+	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/tenant"
 	"github.com/hookline/hookline/internal/verify"
 	"github.com/hookline/hookline/internal/webhook"
@@ -46,11 +46,9 @@ type Config struct {
 	// DB runs the console's read queries. The api serves the console only
 	// when it is set.
 	DB *pgxpool.Pool
-	// SessionKey signs session cookies and CSRF tokens; every api process
-	// must have the same one. Default: derived from the admin token, so
-	// that processes sharing a configuration agree (changing the admin
-	// token signs every operator out).
-	SessionKey []byte
+	// Keys seal the console's signing keys at rest (security.secret_keys);
+	// nil stores them in clear, as webhook secrets are without keys.
+	Keys *secret.Keyring
 	// SessionTTL is how long a sign-in lasts (never past the key's own
 	// expiry). Default 12h.
 	SessionTTL time.Duration
@@ -86,8 +84,6 @@ type Deps struct {
 	// Limits holds the tenants' publish buckets, which test events,
 	// retries and replays take from as in the REST API; nil: unlimited.
 	Limits *ratelimit.Limiter
-	// AdminToken seeds the session key when Config.SessionKey is empty.
-	AdminToken string
 }
 
 // Console serves the pages; Register mounts them.
@@ -108,7 +104,7 @@ type Console struct {
 	limits     *ratelimit.Limiter
 	checker    *verify.Checker
 	chartCache chartCache
-	key        []byte
+	keys       *signingKeys
 	pages      pages
 	now        func() time.Time
 }
@@ -124,15 +120,10 @@ func New(cfg Config, d Deps) *Console {
 	if cfg.SecretRotationGrace <= 0 {
 		cfg.SecretRotationGrace = 24 * time.Hour
 	}
-	key := cfg.SessionKey
-	if len(key) == 0 {
-		m := hmac.New(sha256.New, []byte(d.AdminToken))
-		m.Write([]byte("hookline console session key v1"))
-		key = m.Sum(nil)
-	}
 	c := &Console{cfg: cfg, log: d.Log, db: cfg.DB, tenants: d.Tenants, auth: d.Auth, auditLog: d.Tenants.AuditLog(),
 		webhooks: d.Webhooks, events: d.Events, deliveries: d.Deliveries, dlq: d.DLQ, breaker: d.Breaker,
-		overrides: d.Overrides, rules: d.Rules, limits: d.Limits, key: key, now: time.Now,
+		overrides: d.Overrides, rules: d.Rules, limits: d.Limits, now: time.Now,
+		keys:    &signingKeys{db: cfg.DB, seal: cfg.Keys, log: d.Log},
 		checker: verify.New(verify.Config{Policy: d.Rules.Network, UserAgent: delivery.UserAgent})}
 	c.pages = parsePages(c.funcs())
 	return c

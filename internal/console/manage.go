@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/metrics"
@@ -131,8 +132,13 @@ func (c *Console) updateWebhook(ctx *gin.Context) {
 	}
 	// A new URL of a verified endpoint is checked again, as the REST API
 	// does after a change.
+	cleared := len(w.ClearedHeaders) > 0
 	w = c.checker.Settle(ctx.Request.Context(), c.webhooks, w, c.now(), c.log)
-	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, "updated"))
+	done := "updated"
+	if cleared {
+		done = "headers_cleared"
+	}
+	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, done))
 }
 
 // verifyWebhook (re)starts the endpoint verification of a webhook and
@@ -147,6 +153,11 @@ func (c *Console) verifyWebhook(ctx *gin.Context) {
 		return
 	}
 	w = c.checker.Settle(ctx.Request.Context(), c.webhooks, w, c.now(), c.log)
+	var details map[string]any
+	if w.Verification != nil {
+		details = map[string]any{"state": w.Verification.State}
+	}
+	c.recordAudit(ctx, audit.WebhookVerified, "webhook", w.ID.String(), details)
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice="+verifyNotice(w, "verified"))
 }
 
@@ -268,6 +279,7 @@ func (c *Console) sendTestEvent(ctx *gin.Context) {
 		c.fail(ctx, err)
 		return
 	}
+	c.recordAudit(ctx, audit.WebhookTestSent, "webhook", w.ID.String(), map[string]any{"event_id": res.ID})
 	c.log.Info("test event sent", "tenant_id", w.TenantID.String(), "webhook_id", w.ID.String(), "event_id", res.ID.String(),
 		"via", via(ctx))
 	ctx.Redirect(http.StatusSeeOther, root(ctx)+"/webhooks/"+w.ID.String()+"?notice=test_sent")

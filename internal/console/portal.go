@@ -46,27 +46,40 @@ type PortalLink struct {
 	ExpiresAt time.Time
 }
 
+// portalLiveSQL holds for a portal session s (a link or a session) while
+// what it rests on holds: the tenant's portal is on, and the service key
+// that opened it (none when the admin did) is neither revoked nor expired.
+// Revoking a key or turning the portal off also ends its sessions for good
+// (ended_at); expiry needs no writer, this check sees it.
+const portalLiveSQL = `EXISTS (SELECT 1 FROM tenants t WHERE t.id = s.tenant_id AND coalesce((t.portal->>'enabled')::boolean, true))
+  AND (s.created_by_service_key IS NULL OR EXISTS (SELECT 1 FROM service_keys k WHERE k.id = s.created_by_service_key
+      AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())))`
+
 const (
 	openPortalSQL = `INSERT INTO portal_sessions (id, tenant_id, token_hash, created_by_service_key, link_expires_at, expires_at)
 SELECT $1, t.id, $3, $4, now() + $5 * interval '1 millisecond', now() + $5 * interval '1 millisecond'
-FROM tenants t WHERE t.id = $2
+FROM tenants t WHERE t.id = $2 AND coalesce((t.portal->>'enabled')::boolean, true)
 RETURNING link_expires_at`
+	tenantExistsSQL = `SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)`
 	// usePortalSQL spends a link: once, before it expires. The session
 	// lasts from then.
-	usePortalSQL = `UPDATE portal_sessions SET used_at = now(), expires_at = now() + $2 * interval '1 millisecond'
-WHERE token_hash = $1 AND used_at IS NULL AND ended_at IS NULL AND link_expires_at > now()
+	usePortalSQL = `UPDATE portal_sessions s SET used_at = now(), expires_at = now() + $2 * interval '1 millisecond'
+WHERE token_hash = $1 AND used_at IS NULL AND ended_at IS NULL AND link_expires_at > now() AND ` + portalLiveSQL + `
 RETURNING id, tenant_id, created_by_service_key, expires_at`
-	portalActiveSQL = `SELECT created_by_service_key FROM portal_sessions
-WHERE id = $1 AND tenant_id = $2 AND used_at IS NOT NULL AND ended_at IS NULL AND expires_at > now()`
+	portalActiveSQL = `SELECT created_by_service_key FROM portal_sessions s
+WHERE id = $1 AND tenant_id = $2 AND used_at IS NOT NULL AND ended_at IS NULL AND expires_at > now() AND ` + portalLiveSQL
 	endPortalSQL = `UPDATE portal_sessions SET ended_at = now() WHERE id = $1 AND tenant_id = $2 AND ended_at IS NULL`
 	// linkTenantSQL finds the tenant of a link, spent or not, for the
 	// frame policy of the page that says it cannot be used.
 	linkTenantSQL = `SELECT tenant_id FROM portal_sessions WHERE token_hash = $1`
 )
 
+// ErrPortalDisabled means the tenant's portal is turned off.
+var ErrPortalDisabled = errors.New("the tenant's portal is turned off")
+
 // OpenPortalSession creates a one-time link into the portal of tenantID,
 // opened by the service key by (nil: the admin). tenant.ErrNotFound when
-// there is no such tenant.
+// there is no such tenant, ErrPortalDisabled when its portal is off.
 func (c *Console) OpenPortalSession(ctx context.Context, tenantID uuid.UUID, by *uuid.UUID) (PortalLink, error) {
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -77,6 +90,13 @@ func (c *Console) OpenPortalSession(ctx context.Context, tenantID uuid.UUID, by 
 	l := PortalLink{SessionID: uuid.Must(uuid.NewV7()), Path: portalRoot + "/start?token=" + token}
 	err := c.db.QueryRow(ctx, openPortalSQL, l.SessionID, tenantID, hash[:], by, PortalLinkTTL.Milliseconds()).Scan(&l.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := c.db.QueryRow(ctx, tenantExistsSQL, tenantID).Scan(&exists); err != nil {
+			return PortalLink{}, fmt.Errorf("open portal session: %w", err)
+		}
+		if exists {
+			return PortalLink{}, ErrPortalDisabled
+		}
 		return PortalLink{}, tenant.ErrNotFound
 	}
 	if err != nil {
@@ -123,7 +143,12 @@ func (c *Console) startPortal(ctx *gin.Context) {
 		return
 	}
 	framePolicy(ctx, t.Portal)
-	c.setPortalCookie(ctx, c.encodeSession(s), int(time.Until(s.Expires).Seconds()))
+	cookie, err := c.encodeSession(ctx.Request.Context(), s)
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	c.setPortalCookie(ctx, cookie, int(time.Until(s.Expires).Seconds()))
 	actx := audit.WithActor(ctx.Request.Context(), portalActor(ctx, s))
 	if err := c.auditLog.Record(actx, s.TenantID, actionPortalOpened, "portal_session", s.KeyID.String(), nil); err != nil {
 		c.log.Error("audit record failed", "action", actionPortalOpened, "error", err)
@@ -155,7 +180,7 @@ func (c *Console) requirePortal(ctx *gin.Context) {
 		// A session that ended still names its tenant, in a cookie only
 		// hookline can have signed: the page saying so shows in its frame.
 		if v, err := ctx.Cookie(portalCookie); err == nil {
-			if ended, err := c.decodeSession(v, true); err == nil {
+			if ended, err := c.decodeSession(ctx.Request.Context(), v, true); err == nil {
 				c.framePolicyOf(ctx, ended.TenantID)
 			}
 		}
@@ -173,9 +198,12 @@ func (c *Console) portalSession(ctx *gin.Context) (*Session, error) {
 	if err != nil || v == "" {
 		return nil, nil
 	}
-	s, err := c.decodeSession(v, true)
-	if err != nil {
+	s, err := c.decodeSession(ctx.Request.Context(), v, true)
+	if errors.Is(err, errBadSession) {
 		return nil, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	err = c.db.QueryRow(ctx.Request.Context(), portalActiveSQL, s.KeyID, s.TenantID).Scan(&s.OpenedBy)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -55,6 +56,9 @@ type Session struct {
 	// replays take from.
 	PublishLimit config.PublishRateLimit
 	nonce        [16]byte
+	// signKey is the key that signed the session's cookie, which signs
+	// its CSRF tokens too.
+	signKey []byte
 }
 
 // Root is the path the session's pages live under.
@@ -91,56 +95,68 @@ func root(ctx *gin.Context) string {
 	return consoleRoot
 }
 
-// sessionLen is the length of a session cookie's payload: version (1 for
-// the console, 2 for the portal), key or portal session id, tenant id,
-// expiry (unix seconds), nonce.
-const sessionLen = 1 + 16 + 16 + 8 + 16
+// sessionLen is the length of a session cookie's payload: version (3 for
+// the console, 4 for the portal), the id of the signing key, key or portal
+// session id, tenant id, expiry (unix seconds), nonce. Versions 1 and 2
+// were signed with the key derived from the admin token; they are refused
+// like any cookie that does not verify.
+const sessionLen = 1 + 4 + 16 + 16 + 8 + 16
 
-func (c *Console) mac(label string, data []byte) []byte {
-	m := hmac.New(sha256.New, c.key)
+func mac(key []byte, label string, data []byte) []byte {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(label))
 	m.Write(data)
 	return m.Sum(nil)
 }
 
-// encodeSession returns the cookie value of s: payload and MAC, base64.
-func (c *Console) encodeSession(s Session) string {
+// encodeSession signs s with the current signing key and returns its
+// cookie value: payload and MAC, base64.
+func (c *Console) encodeSession(ctx context.Context, s Session) (string, error) {
+	id, key, err := c.keys.current(ctx, c.now())
+	if err != nil {
+		return "", err
+	}
 	b := make([]byte, 0, sessionLen+sha256.Size)
 	b = append(b, sessionVersion(s.Portal))
+	b = binary.BigEndian.AppendUint32(b, id)
 	b = append(b, s.KeyID[:]...)
 	b = append(b, s.TenantID[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.Expires.Unix())) //nolint:gosec // expiry times are after 1970
 	b = append(b, s.nonce[:]...)
-	b = append(b, c.mac("session", b)...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	b = append(b, mac(key, "session", b)...)
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 var errBadSession = errors.New("invalid session")
 
 func sessionVersion(portal bool) byte {
 	if portal {
-		return 2
+		return 4
 	}
-	return 1
+	return 3
 }
 
 // decodeSession checks the MAC and expiry of a cookie value, and that it
 // is a portal session's cookie when portal is set and a console session's
-// otherwise.
-func (c *Console) decodeSession(v string, portal bool) (Session, error) {
+// otherwise: errBadSession when it is not a live session's cookie.
+func (c *Console) decodeSession(ctx context.Context, v string, portal bool) (Session, error) {
 	b, err := base64.RawURLEncoding.DecodeString(v)
 	if err != nil || len(b) != sessionLen+sha256.Size || b[0] != sessionVersion(portal) {
 		return Session{}, errBadSession
 	}
 	payload, sum := b[:sessionLen], b[sessionLen:]
-	if !hmac.Equal(sum, c.mac("session", payload)) {
+	key, ok, err := c.keys.get(ctx, binary.BigEndian.Uint32(payload[1:5]), c.now())
+	if err != nil {
+		return Session{}, err
+	}
+	if !ok || !hmac.Equal(sum, mac(key, "session", payload)) {
 		return Session{}, errBadSession
 	}
-	s := Session{Portal: portal}
-	copy(s.KeyID[:], payload[1:17])
-	copy(s.TenantID[:], payload[17:33])
-	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[33:41])), 0) //nolint:gosec // written by us from a positive Unix time and authenticated
-	copy(s.nonce[:], payload[41:57])
+	s := Session{Portal: portal, signKey: key}
+	copy(s.KeyID[:], payload[5:21])
+	copy(s.TenantID[:], payload[21:37])
+	s.Expires = time.Unix(int64(binary.BigEndian.Uint64(payload[37:45])), 0) //nolint:gosec // written by us from a positive Unix time and authenticated
+	copy(s.nonce[:], payload[45:61])
 	if !c.now().Before(s.Expires) {
 		return Session{}, errBadSession
 	}
@@ -149,12 +165,37 @@ func (c *Console) decodeSession(v string, portal bool) (Session, error) {
 
 // csrfToken is the token every form of session s carries.
 func (c *Console) csrfToken(s Session) string {
-	return base64.RawURLEncoding.EncodeToString(c.mac("csrf", s.nonce[:]))
+	return base64.RawURLEncoding.EncodeToString(mac(s.signKey, "csrf", s.nonce[:]))
 }
 
-func (c *Console) validCSRF(token string, label string, nonce []byte) bool {
-	want := base64.RawURLEncoding.EncodeToString(c.mac(label, nonce))
-	return hmac.Equal([]byte(token), []byte(want))
+// validCSRF reports whether token is the CSRF token of session s.
+func (c *Console) validCSRF(token string, s Session) bool {
+	return hmac.Equal([]byte(token), []byte(c.csrfToken(s)))
+}
+
+// signInToken is the token of the sign-in form of a browser holding
+// nonce: the id of the current signing key and a MAC under it.
+func (c *Console) signInToken(ctx context.Context, nonce []byte) (string, error) {
+	id, key, err := c.keys.current(ctx, c.now())
+	if err != nil {
+		return "", err
+	}
+	b := binary.BigEndian.AppendUint32(nil, id)
+	return base64.RawURLEncoding.EncodeToString(append(b, mac(key, "sign-in", nonce)...)), nil
+}
+
+// validSignInToken reports whether token is a sign-in form's token for
+// nonce, under any stored signing key.
+func (c *Console) validSignInToken(ctx context.Context, token string, nonce []byte) (bool, error) {
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) != 4+sha256.Size {
+		return false, nil
+	}
+	key, ok, err := c.keys.get(ctx, binary.BigEndian.Uint32(b[:4]), c.now())
+	if err != nil || !ok {
+		return false, err
+	}
+	return hmac.Equal(b[4:], mac(key, "sign-in", nonce)), nil
 }
 
 // secure reports whether cookies set in answer to r must be Secure.
@@ -228,7 +269,7 @@ func (c *Console) requireSession(ctx *gin.Context) {
 func (c *Console) admit(ctx *gin.Context, s Session, a audit.Actor) {
 	if ctx.Request.Method == http.MethodPost {
 		ctx.Request.Body = http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxFormBytes)
-		if !c.validCSRF(ctx.PostForm("csrf"), "csrf", s.nonce[:]) {
+		if !c.validCSRF(ctx.PostForm("csrf"), s) {
 			c.renderError(ctx, http.StatusForbidden, "This form was not sent by your session (or it has expired). Reload the page and try again.")
 			return
 		}
@@ -245,9 +286,12 @@ func (c *Console) sessionOf(ctx *gin.Context) (*Session, error) {
 	if err != nil || v == "" {
 		return nil, nil
 	}
-	s, err := c.decodeSession(v, false)
-	if err != nil {
+	s, err := c.decodeSession(ctx.Request.Context(), v, false)
+	if errors.Is(err, errBadSession) {
 		return nil, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	if ended, err := c.sessionEnded(ctx, s); err != nil || ended {
 		return nil, err
@@ -306,7 +350,12 @@ func safeNext(next string) string {
 func (c *Console) signInPage(ctx *gin.Context) {
 	nonce := c.signInNonce(ctx)
 	d := signInData{Next: safeNext(ctx.Query("next"))}
-	d.CSRF = base64.RawURLEncoding.EncodeToString(c.mac("sign-in", nonce))
+	token, err := c.signInToken(ctx.Request.Context(), nonce)
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	d.CSRF = token
 	d.Title = "Sign in"
 	if ctx.Query("ended") != "" {
 		d.Notice = "Your session ended. Sign in again."
@@ -321,7 +370,14 @@ func (c *Console) signIn(ctx *gin.Context) {
 	d.Title = "Sign in"
 	v, err := ctx.Cookie(signInCookie)
 	nonce, derr := base64.RawURLEncoding.DecodeString(v)
-	if err != nil || derr != nil || len(nonce) != 16 || !c.validCSRF(ctx.PostForm("csrf"), "sign-in", nonce) {
+	valid := false
+	if err == nil && derr == nil && len(nonce) == 16 {
+		if valid, err = c.validSignInToken(ctx.Request.Context(), ctx.PostForm("csrf"), nonce); err != nil {
+			c.fail(ctx, err)
+			return
+		}
+	}
+	if !valid {
 		c.renderError(ctx, http.StatusForbidden, "The sign-in form expired or did not come from this console. Reload the sign-in page and try again.")
 		return
 	}
@@ -340,7 +396,12 @@ func (c *Console) signIn(ctx *gin.Context) {
 	if p.ExpiresAt != nil && p.ExpiresAt.Before(s.Expires) {
 		s.Expires = *p.ExpiresAt
 	}
-	c.setCookie(ctx, sessionCookie, c.encodeSession(s), int(time.Until(s.Expires).Seconds()))
+	cookie, err := c.encodeSession(ctx.Request.Context(), s)
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	c.setCookie(ctx, sessionCookie, cookie, int(time.Until(s.Expires).Seconds()))
 	c.setCookie(ctx, signInCookie, "", -1)
 	actx := audit.WithActor(ctx.Request.Context(), audit.Actor{Type: audit.ActorAPIKey, KeyID: &p.KeyID, RemoteAddr: ctx.RemoteIP()})
 	if err := c.auditLog.Record(actx, p.TenantID, actionSignedIn, "api_key", p.KeyID.String(), map[string]any{"via": "console"}); err != nil {

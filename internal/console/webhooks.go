@@ -32,6 +32,7 @@ var notices = map[string]string{
 	"batch_cancelled":      "Batch retry cancelled. Retries it already made go on.",
 	"recovery_created":     "Recovery created: a dlq process picks it up within a second or two; it is listed with the batch operations below.",
 	"updated":              "Endpoint saved.",
+	"headers_cleared":      "Endpoint saved. Its URL is on another origin, so the values of its custom headers were cleared: set them again through the API for the new address.",
 	"paused":               "Endpoint paused: events published meanwhile make no delivery to it (a recovery can deliver them later).",
 	"resumed":              "Endpoint resumed: new events are delivered to it again.",
 	"deleted":              "Endpoint deleted. Its pending deliveries were cancelled; its history is kept.",

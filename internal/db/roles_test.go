@@ -121,6 +121,8 @@ var refusedToAll = []roleCase{
 	{`DELETE FROM api_keys`, false},
 	{`UPDATE audit_log SET action = 'x'`, false},
 	{`DELETE FROM audit_log`, false},
+	// Console signing keys are retired by the owner only.
+	{`DELETE FROM console_signing_keys`, false},
 }
 
 // The worker loads deliveries, records attempts, moves deliveries, persists
@@ -132,6 +134,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 	f := newRoleFixture(t, pool)
 	checkRole(t, pool, "hookline_worker", f, append([]roleCase{
 		{`SELECT * FROM api_keys`, false},
+		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT key_hash FROM api_keys`, false},
 		{`UPDATE tenants SET name = 'x'`, false},
 		{`SELECT name FROM tenants`, false},
@@ -219,6 +222,13 @@ func TestAPIRoleGrants(t *testing.T) {
 		// Pausing and enabling a webhook records its disabled periods.
 		{`UPDATE webhooks SET active = false, disabled_reason = 'manual', disabled_at = now() WHERE id = '{webhook}'`, true},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
+		// The first api process to need a console signing key makes it.
+		{`INSERT INTO console_signing_keys (id, sealed_key) VALUES (1, 'k') ON CONFLICT (id) DO NOTHING`, true},
+		{`SELECT id, sealed_key FROM console_signing_keys`, true},
+		// "api rotate-secret-key" seals them again, under the api's role.
+		{`SELECT id, sealed_key FROM console_signing_keys ORDER BY id FOR UPDATE`, true},
+		{`UPDATE console_signing_keys SET sealed_key = 'x'`, true},
+		{`UPDATE console_signing_keys SET id = 9`, false},
 	}, refusedToAll...))
 }
 
@@ -233,6 +243,7 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT secret FROM webhooks`, false},
 		{`SELECT * FROM webhooks`, false},
 		{`SELECT * FROM api_keys`, false},
+		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT * FROM tenants`, false},
 		{`UPDATE webhooks SET active = true`, false},
 		{`UPDATE events SET event_type = 'x'`, false},

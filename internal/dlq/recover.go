@@ -28,8 +28,10 @@ import (
 //   - missed: events of its tenant published in the window that it
 //     subscribes to (its event types and, for events other than
 //     notifications, its payload filter as it is now) but that made no
-//     delivery to it because it was disabled (a period of webhook_pauses)
-//     or did not exist yet, and whose payload is still kept. Each is given
+//     delivery to it because it was disabled (a period of webhook_pauses),
+//     and whose payload is still kept. Events from before the webhook
+//     existed are not its to receive: a recovery would otherwise hand the
+//     tenant's whole stored history to any endpoint just registered. Each is given
 //     one delivery, in the transaction that moves the checkpoint past it,
 //     and only if the event has no delivery to the webhook at all, which
 //     a unique index (deliveries_one_recovery_idx) holds against any
@@ -156,17 +158,17 @@ const pauseSlack = `interval '10 seconds'`
 
 // recoveryMissedWhere selects the events e of the window that the webhook
 // w subscribes to by event type (a notification only by a webhook.*
-// filter, and never one about w itself), published while w was disabled or
-// before it existed, with their payload, and without any delivery to w.
+// filter, and never one about w itself), published while w existed and was
+// disabled, with their payload, and without any delivery to w.
 // The payload filter is Go's to apply (see passesMissed).
 var recoveryMissedWhere = `e.tenant_id = @tenant_id AND e.id >= @from_id AND e.id < @to_id
   AND e.created_at >= @from AND e.created_at < @to AND e.data IS NOT NULL
   AND CASE WHEN e.event_type LIKE '` + notify.ReservedPrefix + `%'
       THEN ` + notify.SubscribedSQL("w.events", "e.event_type") + ` AND (e.data->>'webhook_id') IS DISTINCT FROM w.id::text
       ELSE ` + webhook.FilterSQL("w.events", "e.event_type") + ` END
-  AND (e.created_at < w.created_at + ` + pauseSlack + ` OR EXISTS (
+  AND e.created_at >= w.created_at AND EXISTS (
       SELECT 1 FROM webhook_pauses p WHERE p.webhook_id = w.id AND e.created_at >= p.paused_at - ` + pauseSlack + `
-        AND (p.resumed_at IS NULL OR e.created_at < p.resumed_at + ` + pauseSlack + `)))
+        AND (p.resumed_at IS NULL OR e.created_at < p.resumed_at + ` + pauseSlack + `))
   AND NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.event_id = e.id AND x.webhook_id = w.id)`
 
 const countFailedSQL = `SELECT count(*), max(d.id::text COLLATE "C")::uuid

@@ -88,7 +88,7 @@ func (a *app) recover(ctx context.Context, args []string) int {
 	c := a.newCommand("recover", "-webhook ID -from TIME [-to TIME] [-include failed,missed] -rps N [-priority P] [-dry-run] [-follow]",
 		"Recovers what a webhook failed or missed over a window of event times:\n"+
 			"its exhausted deliveries not yet retried get a retry, and the events it\n"+
-			"missed while disabled (or before it existed) a delivery, each at most\n"+
+			"missed while disabled a delivery, each at most\n"+
 			"once, at most N per second, as a batch operation run by the dlq service.\n"+
 			"Prints its id; with -dry-run, only what it would cover.")
 	webhook := c.fs.String("webhook", "", "`ID` of the webhook to recover (required)")

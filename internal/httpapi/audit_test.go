@@ -60,8 +60,8 @@ func TestAuditLogRecordsEachAction(t *testing.T) {
 	}
 	require.Equal(t, []string{"event.replayed", "dlq.batch_retry_cancelled", "dlq.batch_retry_created", "delivery.retried",
 		"webhook.circuit_breaker_overridden", "webhook.deleted", "webhook.secret_rotated", "api_key.revoked",
-		"api_key.created", "tenant.created"}, actions)
-	require.Equal(t, []string{eventID, batch, batch, d, hook, doomed, hook, keyID, keyID, tenantID}, targets)
+		"api_key.created", "webhook.created", "webhook.created", "tenant.created"}, actions)
+	require.Equal(t, []string{eventID, batch, batch, d, hook, doomed, hook, keyID, keyID, doomed, hook, tenantID}, targets)
 
 	page := e.do("GET", "/v1/audit?limit=4", key, nil)
 	require.Len(t, page.Body["data"], 4)

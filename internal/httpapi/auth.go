@@ -60,7 +60,7 @@ const TenantHeader = "Hookline-Tenant"
 // requireTenant authenticates the caller of a tenant route and stores its
 // principal: a tenant API key, which acts for its own tenant, or a service
 // key acting for the tenant named in the Hookline-Tenant header, within the
-// scope the route needs (routeScope). A tenant outside the service key's
+// scopes the route needs (routeScopes). A tenant outside the service key's
 // set is the same 404 as one that does not exist; a tenant API key naming
 // another tenant in the header gets that 404 too.
 func (s *Server) requireTenant(c *gin.Context) {
@@ -83,7 +83,7 @@ func (s *Server) authenticate(ctx context.Context, authorization, tenantRef, met
 		return tenant.Principal{}, errUnauthorized
 	}
 	if strings.HasPrefix(token, tenant.ServiceKeyPrefix) {
-		p, err := s.authenticateService(ctx, token, tenantRef, method, route, routeScope(method, route))
+		p, err := s.authenticateService(ctx, token, tenantRef, method, route, routeScopes(method, route)...)
 		return p, authErr(err)
 	}
 	p, err := s.auth.Authenticate(ctx, token)
@@ -164,19 +164,34 @@ func (s *Server) authenticateService(ctx context.Context, token, tenantRef, meth
 // scopeNone marks routes no service key may use.
 const scopeNone = ""
 
-// routeScope is the service-key scope a tenant route needs: publish for
-// publishing, read for every GET, manage for every other change; the
+// sendsStoredPayloads are the routes that send payloads hookline already
+// stores to an endpoint: whoever may start them could read those payloads
+// (by pointing a webhook at itself first), so they need read as well as
+// manage.
+var sendsStoredPayloads = map[string]bool{
+	"/v1/webhooks/:id/recover":                       true,
+	"/v1/webhooks/:id/deliveries/:delivery_id/retry": true,
+	"/v1/events/:id/replay":                          true,
+	"/v1/dlq/retry-batch":                            true,
+}
+
+// routeScopes are the service-key scopes a tenant route needs (all of
+// them): publish for publishing, read for every GET, manage for every other
+// change, and read too for a change that sends stored payloads; the
 // tenant's own API keys are not a service key's to manage (scopeNone).
-func routeScope(method, route string) string {
+// docs/API.md lists them per route.
+func routeScopes(method, route string) []string {
 	switch {
 	case route == "/v1/api-keys" || strings.HasPrefix(route, "/v1/api-keys/"):
-		return scopeNone
+		return []string{scopeNone}
 	case method == http.MethodGet || method == http.MethodHead:
-		return tenant.ScopeRead
+		return []string{tenant.ScopeRead}
 	case method == http.MethodPost && (route == "/v1/events" || route == "/v1/events/batch"):
-		return tenant.ScopePublish
+		return []string{tenant.ScopePublish}
+	case method == http.MethodPost && sendsStoredPayloads[route]:
+		return []string{tenant.ScopeManage, tenant.ScopeRead}
 	}
-	return tenant.ScopeManage
+	return []string{tenant.ScopeManage}
 }
 
 // authErr maps the authenticator's errors to answers.

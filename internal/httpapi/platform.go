@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/hookline/hookline/internal/console"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/tenant"
 )
@@ -151,6 +152,10 @@ func (s *Server) createPortalSession(c *gin.Context) {
 	link, err := s.console.OpenPortalSession(c.Request.Context(), id, by)
 	if errors.Is(err, tenant.ErrNotFound) {
 		abort(c, errNotFound)
+		return
+	}
+	if errors.Is(err, console.ErrPortalDisabled) {
+		abort(c, newError(http.StatusConflict, "portal_disabled", "this tenant's portal is turned off: PATCH /v1/tenants/{id} with portal.enabled true first"))
 		return
 	}
 	if err != nil {

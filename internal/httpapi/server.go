@@ -117,7 +117,7 @@ func New(d Deps) (*Server, error) {
 		d.Console.SecretRotationGrace = d.Config.API.SecretRotationGrace.D()
 		s.console = console.New(d.Console, console.Deps{Rules: s.rules, Limits: d.Limits, Log: d.Log, Tenants: d.Tenants, Auth: s.auth,
 			Webhooks: d.Webhooks, Events: d.Events, Deliveries: d.Deliveries, DLQ: d.DLQ, Breaker: d.Breaker,
-			Overrides: d.Overrides, AdminToken: d.Config.API.AdminToken})
+			Overrides: d.Overrides})
 	}
 	return s, nil
 }

@@ -69,7 +69,7 @@ func NewStack(cfg config.Config, pool *pgxpool.Pool, rdb *redis.Client, amqp *qu
 			Breaker:    breaker.New(rdb, cfg.Redis.KeyPrefix),
 			Overrides:  breaker.NewOverrides(pool),
 			Limits:     ratelimit.New(rdb, cfg.Redis.KeyPrefix),
-			Console:    console.Config{DB: pool},
+			Console:    console.Config{DB: pool, Keys: keys},
 		},
 	}, nil
 }

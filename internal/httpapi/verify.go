@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/delivery"
 	"github.com/hookline/hookline/internal/verify"
 	"github.com/hookline/hookline/internal/webhook"
@@ -26,7 +27,18 @@ func (s *Server) verifyWebhook(c *gin.Context) {
 		abort(c, mapWebhookErr(err))
 		return
 	}
-	c.JSON(http.StatusOK, s.verifyIfPending(c, w))
+	w = s.verifyIfPending(c, w)
+	s.recordAudit(c, audit.WebhookVerified, "webhook", id, verificationDetails(w))
+	c.JSON(http.StatusOK, w)
+}
+
+// verificationDetails are the audit details of a verification of w: the
+// state it reached.
+func verificationDetails(w webhook.Webhook) map[string]any {
+	if w.Verification == nil {
+		return nil
+	}
+	return map[string]any{"state": w.Verification.State}
 }
 
 // verifyIfPending checks the endpoint of w when its verification is

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/hookline/hookline/internal/audit"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/metrics"
@@ -240,6 +241,7 @@ func (s *Server) sendTestEvent(c *gin.Context) {
 		abort(c, err)
 		return
 	}
+	s.recordAudit(c, audit.WebhookTestSent, "webhook", id, map[string]any{"event_id": res.ID})
 	logger(c).Info("test event sent", "webhook_id", id.String(), "event_id", res.ID.String())
 	c.JSON(http.StatusAccepted, res)
 }

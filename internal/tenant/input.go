@@ -76,7 +76,8 @@ func Build(base Tenant, in Input, creating bool) (Tenant, error) {
 // auto-disable window.
 func WithDefaults(d config.Defaults) Tenant {
 	return Tenant{RateLimit: d.TenantRateLimit, PublishRateLimit: d.TenantPublishRateLimit,
-		AutoDisable: AutoDisable{FailingForMS: d.TenantAutoDisable.FailingFor.D().Milliseconds()}}
+		AutoDisable: AutoDisable{FailingForMS: d.TenantAutoDisable.FailingFor.D().Milliseconds()},
+		Portal:      Portal{Enabled: true}}
 }
 
 func setInt(dst *int, src *int) {

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -10,10 +11,14 @@ import (
 	"github.com/hookline/hookline/internal/fielderr"
 )
 
-// Portal is how a tenant's portal looks and where it may be embedded
-// (docs/PORTAL.md): the name and logo its customers see, the accent colour
-// of its buttons and links, and the origins whose pages may frame it.
+// Portal is whether a tenant's portal may be opened, how it looks and
+// where it may be embedded (docs/PORTAL.md): the name and logo its
+// customers see, the accent colour of its buttons and links, and the
+// origins whose pages may frame it.
 type Portal struct {
+	// Enabled lets portal links be made and used (default true); turning
+	// it off ends the tenant's portal links and sessions.
+	Enabled     bool   `json:"enabled"`
 	Name        string `json:"name"`
 	LogoURL     string `json:"logo_url"`
 	AccentColor string `json:"accent_color"`
@@ -22,8 +27,21 @@ type Portal struct {
 	FrameOrigins []string `json:"frame_origins"`
 }
 
+// UnmarshalJSON reads settings stored or sent: enabled left out is true,
+// as for the settings stored before it existed.
+func (p *Portal) UnmarshalJSON(b []byte) error {
+	type fields Portal
+	v := fields{Enabled: true}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Portal(v)
+	return nil
+}
+
 // PortalInput changes a tenant's portal settings; nil fields are kept.
 type PortalInput struct {
+	Enabled      *bool     `json:"enabled"`
 	Name         *string   `json:"name"`
 	LogoURL      *string   `json:"logo_url"`
 	AccentColor  *string   `json:"accent_color"`
@@ -38,6 +56,9 @@ var accentColor = regexp.MustCompile(`^#[0-9a-fA-F]{6}$`)
 func (in *PortalInput) apply(p Portal) (Portal, error) {
 	if in == nil {
 		return p, nil
+	}
+	if in.Enabled != nil {
+		p.Enabled = *in.Enabled
 	}
 	if in.Name != nil {
 		p.Name = strings.TrimSpace(*in.Name)

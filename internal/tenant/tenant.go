@@ -79,8 +79,13 @@ const (
 	insertTenantSQL = `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst, created_at, updated_at,
 	auto_disable_failing_ms, portal)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)`
-	getTenantSQL    = `SELECT ` + tenantColumns + ` FROM tenants WHERE id = $1`
-	updateTenantSQL = `UPDATE tenants SET name = $2, rate_limit_rpm = $3, rate_limit_burst = $4,
+	getTenantSQL = `SELECT ` + tenantColumns + ` FROM tenants WHERE id = $1`
+	// updateTenantSQL ends the tenant's portal links and sessions, in the
+	// same statement, when its portal is turned off.
+	updateTenantSQL = `WITH portal_off AS (
+    UPDATE portal_sessions SET ended_at = now()
+    WHERE tenant_id = $1 AND ended_at IS NULL AND NOT coalesce(($8::jsonb->>'enabled')::boolean, true))
+UPDATE tenants SET name = $2, rate_limit_rpm = $3, rate_limit_burst = $4,
 	publish_rps = $5, publish_burst = $6, auto_disable_failing_ms = $7, portal = $8, updated_at = now()
 WHERE id = $1 RETURNING ` + tenantColumns
 	// listTenantsSQL pages through tenants by id; $1 (when not empty)

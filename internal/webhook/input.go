@@ -100,7 +100,9 @@ var reservedHeaders = map[string]bool{
 
 // Build applies in to base (a zero Webhook for a create, the stored one for a
 // patch), fills defaults, and validates the result. The returned webhook is
-// complete and valid; nothing in base is modified.
+// complete and valid; nothing in base is modified. A URL moved to another
+// origin than base's keeps only the header values given again (see
+// Origin); ClearedHeaders names the others.
 func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool) (Webhook, error) {
 	w := base
 	if creating {
@@ -181,6 +183,10 @@ func (r Rules) Build(ctx context.Context, base Webhook, in Input, creating bool)
 			return Webhook{}, err
 		}
 		w.Headers = h
+	}
+	w.ClearedHeaders = nil
+	if base.URL != "" && Origin(w.URL) != Origin(base.URL) {
+		w.Headers, w.ClearedHeaders = headersForNewOrigin(w.Headers, in.Headers)
 	}
 	if in.Metadata != nil {
 		m, err := checkMetadata(in.Metadata)

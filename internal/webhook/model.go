@@ -53,6 +53,10 @@ type Webhook struct {
 	DisabledAt     *time.Time `json:"disabled_at"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
+	// ClearedHeaders names the custom headers whose values an update
+	// removed because the URL moved to another origin without them
+	// (see Origin); only in the answer to that update.
+	ClearedHeaders []string `json:"cleared_headers,omitempty"`
 
 	Secret                  string     `json:"-"`
 	PreviousSecret          string     `json:"-"`

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,9 +110,9 @@ const (
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
 RETURNING updated_at, verification, coalesce(disabled_reason, ''), disabled_at`
 
-	// lockHeadersSQL reads the stored headers of an update that writes
-	// masked values back, and holds the row until the update.
-	lockHeadersSQL = `SELECT headers FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`
+	// lockWebhookSQL reads the stored webhook of an update and holds the
+	// row until the update.
+	lockWebhookSQL = `SELECT ` + webhookColumns + ` FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR UPDATE`
 
 	deleteWebhookSQL = `UPDATE webhooks SET deleted_at = now(), active = false, updated_at = now()
 WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
@@ -130,7 +129,7 @@ WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
 RETURNING ` + webhookColumns
 )
 
-// Create inserts w, assigning its id and times.
+// Create inserts w, assigning its id and times, with its audit row.
 func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 	w.ID = uuid.Must(uuid.NewV7())
 	w.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
@@ -169,7 +168,8 @@ func (s *Store) Create(ctx context.Context, w Webhook) (Webhook, error) {
 		if err != nil {
 			return fmt.Errorf("insert webhook: %w", err)
 		}
-		return nil
+		return audit.Record(ctx, tx, w.TenantID, audit.WebhookCreated, "webhook", w.ID.String(),
+			map[string]any{"url": w.URL, "events": w.Events, "active": w.Active})
 	})
 	if err != nil {
 		return Webhook{}, err
@@ -223,12 +223,31 @@ func (s *Store) List(ctx context.Context, tenantID uuid.UUID, f ListFilter) ([]W
 	return out, nil
 }
 
-// Update stores every settable field of w. A header value given exactly
-// as responses show the stored one (MaskHeaderValue) keeps the stored
-// value, so that a client can write back what it read; the stored row is
-// locked meanwhile, so that the value kept is the one the mask was of.
+// Update stores every settable field of w, with its audit rows (see
+// auditUpdate). A header value given exactly as responses show the stored
+// one (MaskHeaderValue) keeps the stored value, so that a client can write
+// back what it read, unless the stored URL is of another origin than w's:
+// the value is then dropped and named in ClearedHeaders. The stored row is
+// locked meanwhile, so that the value kept is the one the mask was of and
+// the audit row compares with what was stored.
 func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
-	out, err := s.updateKeepingHeaders(ctx, w)
+	var out Webhook
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		before, err := s.scan(tx.QueryRow(ctx, lockWebhookSQL, w.ID, w.TenantID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("update webhook %s: %w", w.ID, err)
+		}
+		if anyMasked(w.Headers) {
+			w = keepStoredHeaders(w, before)
+		}
+		if out, err = s.update(ctx, tx, w); err != nil {
+			return err
+		}
+		return auditUpdate(ctx, tx, before, out)
+	})
 	if err == nil && out.Active {
 		// Deliveries parked while the webhook was paused (or awaiting
 		// verification) are looked at now instead of at the end of their
@@ -246,29 +265,16 @@ func (s *Store) Update(ctx context.Context, w Webhook) (Webhook, error) {
 const releaseWaitingSQL = `UPDATE deliveries SET park_reason = 'released', next_attempt_at = now(), updated_at = now()
 WHERE webhook_id = $1 AND park_reason IN ('inactive', 'unverified') AND status IN ('pending', 'retrying')`
 
-func (s *Store) updateKeepingHeaders(ctx context.Context, w Webhook) (Webhook, error) {
-	if !anyMasked(w.Headers) {
-		return s.update(ctx, s.pool, w)
+// keepStoredHeaders gives the masked header values of w the stored values
+// of before, or drops them when w's URL is of another origin.
+func keepStoredHeaders(w, before Webhook) Webhook {
+	if Origin(before.URL) != Origin(w.URL) {
+		var cleared []string
+		w.Headers, cleared = headersForNewOrigin(w.Headers, &map[string]string{})
+		w.ClearedHeaders = append(w.ClearedHeaders, cleared...)
 	}
-	var out Webhook
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var column []byte
-		err := tx.QueryRow(ctx, lockHeadersSQL, w.ID, w.TenantID).Scan(&column)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("update webhook %s: %w", w.ID, err)
-		}
-		stored, err := OpenHeaders(s.keys, w.ID, column)
-		if err != nil {
-			return err
-		}
-		w.Headers = keepMasked(w.Headers, stored)
-		out, err = s.update(ctx, tx, w)
-		return err
-	})
-	return out, err
+	w.Headers = keepMasked(w.Headers, before.Headers)
+	return w
 }
 
 // rowQuerier is a pool or a transaction.
@@ -305,7 +311,7 @@ func (s *Store) update(ctx context.Context, q rowQuerier, w Webhook) (Webhook, e
 // anyMasked reports whether a header value has the form of a masked one.
 func anyMasked(h Headers) bool {
 	for _, v := range h {
-		if v == maskShort || strings.HasSuffix(v, "…") {
+		if looksMasked(v) {
 			return true
 		}
 	}
