@@ -85,7 +85,7 @@ func TestRollupsMigrationCountsTheExistingHistory(t *testing.T) {
 		`SELECT 'all', sum(attempts) FROM attempt_rollups WHERE NOT hourly AND scope_id = '00000000-0000-0000-0000-000000000000'`,
 		`SELECT 'all', count(*) FROM delivery_attempts`)
 	same("the DLQ per tenant",
-		`SELECT tenant_id::text, sum(exhausted) * 1000 + sum(exhausted - retried) FROM dead_letter_rollups GROUP BY 1`,
+		`SELECT tenant_id::text, sum(exhausted) * 1000 + sum(exhausted - retried) FROM dead_letter_rollups WHERE NOT hourly GROUP BY 1`,
 		`SELECT d.tenant_id::text, count(*) * 1000 + count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id))
 			FROM deliveries d WHERE status = 'exhausted' GROUP BY 1`)
 
@@ -96,6 +96,10 @@ func TestRollupsMigrationCountsTheExistingHistory(t *testing.T) {
 		`SELECT scope_id::text || at::text, sum(created + succeeded + postponed) FROM delivery_rollups WHERE hourly GROUP BY 1`,
 		`SELECT scope_id::text || date_trunc('hour', at)::text, sum(created + succeeded + postponed) FROM delivery_rollups
 			WHERE NOT hourly GROUP BY 1`)
+
+	same("the DLQ's hours add up to its days",
+		`SELECT tenant_id::text || date_trunc('day', at, 'UTC')::text, sum(exhausted) * 1000 + sum(retried) FROM dead_letter_rollups WHERE hourly GROUP BY 1`,
+		`SELECT tenant_id::text || at::text, sum(exhausted) * 1000 + sum(retried) FROM dead_letter_rollups WHERE NOT hourly GROUP BY 1`)
 
 	// From now on the triggers keep them.
 	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE status = 'pending'`)

@@ -161,21 +161,20 @@ type DeadLetterCounts struct {
 	ByCategory map[string]int `json:"by_category"`
 }
 
-// The DLQ is counted from dead_letter_rollups by whole days of
-// exhaustion, and from the deliveries themselves for the part of a day
-// that a from or to cuts (through deliveries_dead_letter_order_idx, at
-// most a day's exhausted deliveries of the tenant): the rows read never
-// grow with the history.
+// The DLQ is counted from dead_letter_rollups by whole UTC days and hours
+// of exhaustion, and from the deliveries themselves only for the part of
+// an hour that a from or to cuts (through deliveries_dead_letter_order_idx,
+// at most an hour's exhausted deliveries of the tenant): the rows read
+// never grow with the history.
 const (
 	deadLetterRollupSQL = `SELECT failure_category,
     sum(exhausted) - CASE WHEN @include_retried THEN 0 ELSE sum(retried) END
 FROM dead_letter_rollups
-WHERE tenant_id = @tenant_id
+WHERE tenant_id = @tenant_id AND hourly = @hourly
+  AND at >= coalesce(@at_from::timestamptz, '-infinity') AND at < coalesce(@at_to::timestamptz, 'infinity')
   AND (@webhook_ids::uuid[] IS NULL OR webhook_id = ANY(@webhook_ids::uuid[]))
   AND (@event_types::text[] IS NULL OR event_type = ANY(@event_types::text[]))
   AND (@categories::text[] IS NULL OR failure_category = ANY(@categories::text[]))
-  AND (@day_from::date IS NULL OR day >= @day_from::date)
-  AND (@day_to::date IS NULL OR day < @day_to::date)
 GROUP BY 1`
 
 	deadLetterCountsSQL = `SELECT coalesce(d.failure_category, '` + UnknownCategory + `'), count(*)
@@ -189,15 +188,15 @@ GROUP BY 1`
 // are ignored).
 func (r *Reader) CountDeadLetters(ctx context.Context, tenantID uuid.UUID, q DeadLetterQuery) (DeadLetterCounts, error) {
 	c := DeadLetterCounts{ByCategory: map[string]int{}}
-	days, edges := dayParts(q.Filter.From, q.Filter.To)
-	if days != nil {
+	parts := countParts(q.Filter.From, q.Filter.To)
+	for _, p := range parts.rollups {
 		args := q.Filter.Args(tenantID)
-		args["include_retried"], args["day_from"], args["day_to"] = q.IncludeRetried, days[0], days[1]
+		args["include_retried"], args["hourly"], args["at_from"], args["at_to"] = q.IncludeRetried, p.hourly, p.from, p.to
 		if err := r.addCounts(ctx, deadLetterRollupSQL, args, &c); err != nil {
 			return DeadLetterCounts{}, err
 		}
 	}
-	for _, edge := range edges {
+	for _, edge := range parts.raw {
 		f := q.Filter
 		f.From, f.To = &edge[0], &edge[1]
 		args := f.Args(tenantID)
@@ -232,31 +231,71 @@ func (r *Reader) addCounts(ctx context.Context, sql string, args pgx.NamedArgs, 
 	return nil
 }
 
-// dayParts cuts [from, to) (either end open when nil) into the whole UTC
-// days inside it, [days[0], days[1]) with a nil bound for an open end, nil
-// when there is none, and the edges outside those days, each within one
-// day.
-func dayParts(from, to *time.Time) (days []*time.Time, edges [][2]time.Time) {
-	var dayFrom, dayTo *time.Time
+// rollupRange is a range of dead_letter_rollups rows: days, or hours when
+// hourly, from from (inclusive) to to (exclusive), a nil bound being open.
+type rollupRange struct {
+	hourly   bool
+	from, to *time.Time
+}
+
+// parts is how a time filter is counted: whole days and hours from the
+// rollups, the rest of an hour from the deliveries.
+type parts struct {
+	rollups []rollupRange
+	raw     [][2]time.Time
+}
+
+// countParts cuts [from, to) (either end open when nil) into the whole UTC
+// days inside it, the whole hours around them, and the edges within an
+// hour.
+func countParts(from, to *time.Time) parts {
+	var p parts
+	var h1, d1, h2, d2 *time.Time
 	if from != nil {
-		d := from.UTC().Truncate(24 * time.Hour)
-		if d.Before(*from) {
-			d = d.Add(24 * time.Hour)
-		}
-		dayFrom = &d
+		h1, d1 = ptr(ceil(*from, time.Hour)), ptr(ceil(*from, 24*time.Hour))
 	}
 	if to != nil {
-		d := to.UTC().Truncate(24 * time.Hour)
-		dayTo = &d
+		h2, d2 = ptr(to.UTC().Truncate(time.Hour)), ptr(to.UTC().Truncate(24*time.Hour))
 	}
-	if dayFrom != nil && dayTo != nil && !dayFrom.Before(*dayTo) {
-		return nil, [][2]time.Time{{*from, *to}}
+	wholeDay := from == nil || to == nil || d1.Before(*d2)
+	if !wholeDay {
+		if !h1.Before(*h2) {
+			p.raw = append(p.raw, [2]time.Time{*from, *to})
+			return p
+		}
+		p.rollups = append(p.rollups, rollupRange{hourly: true, from: h1, to: h2})
+		p.raw = edges(p.raw, from, h1, h2, to)
+		return p
 	}
-	if from != nil && from.Before(*dayFrom) {
-		edges = append(edges, [2]time.Time{*from, *dayFrom})
+	p.rollups = append(p.rollups, rollupRange{from: d1, to: d2})
+	if from != nil && h1.Before(*d1) {
+		p.rollups = append(p.rollups, rollupRange{hourly: true, from: h1, to: d1})
 	}
-	if to != nil && dayTo.Before(*to) {
-		edges = append(edges, [2]time.Time{*dayTo, *to})
+	if to != nil && d2.Before(*h2) {
+		p.rollups = append(p.rollups, rollupRange{hourly: true, from: d2, to: h2})
 	}
-	return []*time.Time{dayFrom, dayTo}, edges
+	p.raw = edges(p.raw, from, h1, h2, to)
+	return p
 }
+
+// edges adds [from, h1) and [h2, to) to raw where they are not empty.
+func edges(raw [][2]time.Time, from, h1, h2, to *time.Time) [][2]time.Time {
+	if from != nil && from.Before(*h1) {
+		raw = append(raw, [2]time.Time{*from, *h1})
+	}
+	if to != nil && h2.Before(*to) {
+		raw = append(raw, [2]time.Time{*h2, *to})
+	}
+	return raw
+}
+
+// ceil is t rounded up to a multiple of d (UTC).
+func ceil(t time.Time, d time.Duration) time.Time {
+	c := t.UTC().Truncate(d)
+	if c.Before(t) {
+		c = c.Add(d)
+	}
+	return c
+}
+
+func ptr(t time.Time) *time.Time { return &t }

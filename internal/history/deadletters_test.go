@@ -11,45 +11,53 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestDayParts(t *testing.T) {
+func TestCountParts(t *testing.T) {
 	t.Parallel()
 	day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { x := day.Add(d); return &x }
-	h := time.Hour
+	h, m := time.Hour, time.Minute
+	days := func(from, to *time.Time) rollupRange { return rollupRange{from: from, to: to} }
+	hours := func(from, to *time.Time) rollupRange { return rollupRange{hourly: true, from: from, to: to} }
+	raw := func(from, to *time.Time) [2]time.Time { return [2]time.Time{*from, *to} }
 	for name, tc := range map[string]struct {
 		from, to *time.Time
-		days     []*time.Time
-		edges    [][2]time.Time
+		want     parts
 	}{
-		"no bounds":             {days: []*time.Time{nil, nil}},
-		"from midnight":         {from: at(0), days: []*time.Time{at(0), nil}},
-		"from noon":             {from: at(12 * h), days: []*time.Time{at(24 * h), nil}, edges: [][2]time.Time{{*at(12 * h), *at(24 * h)}}},
-		"to midnight":           {to: at(48 * h), days: []*time.Time{nil, at(48 * h)}},
-		"to noon":               {to: at(36 * h), days: []*time.Time{nil, at(24 * h)}, edges: [][2]time.Time{{*at(24 * h), *at(36 * h)}}},
-		"noon to noon two days": {from: at(12 * h), to: at(60 * h), days: []*time.Time{at(24 * h), at(48 * h)}, edges: [][2]time.Time{{*at(12 * h), *at(24 * h)}, {*at(48 * h), *at(60 * h)}}},
-		"noon to next noon":     {from: at(12 * h), to: at(36 * h), edges: [][2]time.Time{{*at(12 * h), *at(36 * h)}}},
-		"within a day":          {from: at(2 * h), to: at(5 * h), edges: [][2]time.Time{{*at(2 * h), *at(5 * h)}}},
-		"midnight to midnight":  {from: at(0), to: at(72 * h), days: []*time.Time{at(0), at(72 * h)}},
-		"in another time zone":  {from: ptrTime(day.In(time.FixedZone("x", 3600))), days: []*time.Time{at(0), nil}},
-		"a minute into the day": {from: at(time.Minute), to: at(24 * h), edges: [][2]time.Time{{*at(time.Minute), *at(24 * h)}}},
+		"no bounds":            {want: parts{rollups: []rollupRange{days(nil, nil)}}},
+		"from midnight":        {from: at(0), want: parts{rollups: []rollupRange{days(at(0), nil)}}},
+		"from an hour":         {from: at(5 * h), want: parts{rollups: []rollupRange{days(at(24*h), nil), hours(at(5*h), at(24*h))}}},
+		"from a minute":        {from: at(5*h + 7*m), want: parts{rollups: []rollupRange{days(at(24*h), nil), hours(at(6*h), at(24*h))}, raw: [][2]time.Time{raw(at(5*h+7*m), at(6*h))}}},
+		"to a minute":          {to: at(30*h + 7*m), want: parts{rollups: []rollupRange{days(nil, at(24*h)), hours(at(24*h), at(30*h))}, raw: [][2]time.Time{raw(at(30*h), at(30*h+7*m))}}},
+		"to midnight":          {to: at(48 * h), want: parts{rollups: []rollupRange{days(nil, at(48*h))}}},
+		"across whole days":    {from: at(5*h + 7*m), to: at(72*h + 30*m), want: parts{rollups: []rollupRange{days(at(24*h), at(72*h)), hours(at(6*h), at(24*h))}, raw: [][2]time.Time{raw(at(5*h+7*m), at(6*h)), raw(at(72*h), at(72*h+30*m))}}},
+		"no whole day":         {from: at(5*h + 7*m), to: at(29*h + 30*m), want: parts{rollups: []rollupRange{hours(at(6*h), at(29*h))}, raw: [][2]time.Time{raw(at(5*h+7*m), at(6*h)), raw(at(29*h), at(29*h+30*m))}}},
+		"within an hour":       {from: at(5*h + 7*m), to: at(5*h + 50*m), want: parts{raw: [][2]time.Time{raw(at(5*h+7*m), at(5*h+50*m))}}},
+		"across one hour edge": {from: at(5*h + 50*m), to: at(6*h + 10*m), want: parts{raw: [][2]time.Time{raw(at(5*h+50*m), at(6*h+10*m))}}},
+		"hours on the hour":    {from: at(5 * h), to: at(9 * h), want: parts{rollups: []rollupRange{hours(at(5*h), at(9*h))}}},
+		"days on midnight":     {from: at(0), to: at(72 * h), want: parts{rollups: []rollupRange{days(at(0), at(72*h))}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			days, edges := dayParts(tc.from, tc.to)
-			require.Equal(t, len(tc.days), len(days))
-			for i := range days {
-				if tc.days[i] == nil {
-					require.Nil(t, days[i])
-				} else {
-					require.True(t, tc.days[i].Equal(*days[i]), "%v, want %v", days[i], tc.days[i])
-				}
+			got := countParts(tc.from, tc.to)
+			require.Equal(t, len(tc.want.rollups), len(got.rollups), "%+v", got)
+			for i, w := range tc.want.rollups {
+				g := got.rollups[i]
+				require.Equal(t, w.hourly, g.hourly, "range %d", i)
+				require.True(t, sameTime(w.from, g.from) && sameTime(w.to, g.to), "range %d: %v-%v, want %v-%v", i, g.from, g.to, w.from, w.to)
 			}
-			require.Equal(t, len(tc.edges), len(edges))
-			for i := range edges {
-				require.True(t, tc.edges[i][0].Equal(edges[i][0]) && tc.edges[i][1].Equal(edges[i][1]), "%v, want %v", edges[i], tc.edges[i])
+			require.Equal(t, len(tc.want.raw), len(got.raw), "%+v", got.raw)
+			for i := range tc.want.raw {
+				require.True(t, tc.want.raw[i][0].Equal(got.raw[i][0]) && tc.want.raw[i][1].Equal(got.raw[i][1]), "raw %d: %v", i, got.raw[i])
 			}
 		})
 	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(*b)
 }
 
 func ptrTime(t time.Time) *time.Time { return &t }
@@ -115,7 +123,8 @@ SELECT uuidv7(), tenant_id, event_id, webhook_id, 'normal', id FROM deliveries W
 	r := NewReader(f.pool)
 	day := now.Truncate(24 * time.Hour)
 	times := []*time.Time{nil, ptrTime(day.Add(-3 * 24 * time.Hour)), ptrTime(now.Add(-50 * time.Hour)),
-		ptrTime(day.Add(-24*time.Hour + 7*time.Hour)), ptrTime(now.Add(time.Hour))}
+		ptrTime(day.Add(-24*time.Hour + 7*time.Hour)), ptrTime(day.Add(-24*time.Hour + 7*time.Hour + 20*time.Minute)),
+		ptrTime(now.Add(-26 * time.Hour)), ptrTime(now.Add(time.Hour))}
 	filters := []DeadLetterFilter{{}, {WebhookIDs: []uuid.UUID{f.one}}, {EventTypes: []string{"order.paid", "user.deleted"}},
 		{FailureCategories: []string{"timeout", UnknownCategory}}, {WebhookIDs: []uuid.UUID{f.two, f.deleted}, EventTypes: []string{"order.created"}}}
 	checked := 0

@@ -42,16 +42,16 @@ const healthWindow = time.Hour
 // through the primary key backwards.
 const (
 	healthAttemptsSQL = `SELECT coalesce(sum(attempts), 0), coalesce(sum(successes), 0)
-FROM attempt_rollups WHERE scope_id = @scope AND ` + periodRows
+FROM attempt_rollups WHERE ` + periodRows
 	healthLatencySQL = `SELECT l.key::int, sum(l.value::bigint)
 FROM attempt_rollups, jsonb_each_text(latency) AS l
-WHERE scope_id = @scope AND ` + periodRows + ` GROUP BY 1`
+WHERE ` + periodRows + ` GROUP BY 1`
 	healthCategoriesSQL = `SELECT e.key, sum(e.value::bigint)
 FROM attempt_rollups, jsonb_each_text(errors) AS e
-WHERE scope_id = @scope AND ` + periodRows + ` GROUP BY 1`
+WHERE ` + periodRows + ` GROUP BY 1`
 	healthDeliveriesSQL = `SELECT coalesce(sum(created), 0), coalesce(sum(retrying), 0), coalesce(sum(succeeded), 0),
     coalesce(sum(exhausted), 0), coalesce(sum(cancelled), 0), coalesce(sum(postponed), 0)
-FROM delivery_rollups WHERE scope_id = @scope AND ` + periodRows
+FROM delivery_rollups WHERE ` + periodRows
 	// Every shard of the newest hour with a success is among the first
 	// rows with one, newest first (ties go to older hours, whose successes
 	// came before).

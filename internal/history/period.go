@@ -1,6 +1,7 @@
 package history
 
 import (
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,10 +15,16 @@ type period struct {
 	start, h1, h2, end time.Time
 }
 
-// periodRows selects the rows of a period from a rollup table; its
-// arguments come from period.args.
-const periodRows = `((NOT hourly AND ((at >= @start AND at < @h1) OR (at >= @h2 AND at < @end)))
-    OR (hourly AND at >= @h1 AND at < @h2))`
+// periodRows selects the rows of a period of the scope @scope from a
+// rollup table; its other arguments come from period.args. Each of its
+// three ranges names the whole primary key prefix (scope_id, hourly, at),
+// so that each is one range of the index.
+const periodRows = `((scope_id = @scope AND hourly = false AND at >= @start AND at < @h1)
+    OR (scope_id = @scope AND hourly = true AND at >= @h1 AND at < @h2)
+    OR (scope_id = @scope AND hourly = false AND at >= @h2 AND at < @end))`
+
+// periodRowsOfAny is periodRows for every scope of @scopes (a uuid[]).
+var periodRowsOfAny = strings.ReplaceAll(periodRows, "scope_id = @scope", "scope_id = ANY(@scopes::uuid[])")
 
 // windowOf is the window of d ending with now's minute (included).
 func windowOf(now time.Time, d time.Duration) period {

@@ -53,18 +53,18 @@ var AllTenants = uuid.Nil
 const (
 	statsDeliveriesSQL = `SELECT coalesce(sum(created), 0), coalesce(sum(retrying), 0),
     coalesce(sum(succeeded), 0), coalesce(sum(exhausted), 0), coalesce(sum(cancelled), 0)
-FROM delivery_rollups WHERE scope_id = @scope AND ` + periodRows
+FROM delivery_rollups WHERE ` + periodRows
 
 	statsAttemptsSQL = `SELECT coalesce(sum(attempts), 0), coalesce(sum(successes), 0)
-FROM attempt_rollups WHERE scope_id = @scope AND ` + periodRows
+FROM attempt_rollups WHERE ` + periodRows
 
 	statsLatencySQL = `SELECT l.key::int, sum(l.value::bigint)
 FROM attempt_rollups, jsonb_each_text(latency) AS l
-WHERE scope_id = @scope AND ` + periodRows + `
+WHERE ` + periodRows + `
 GROUP BY 1`
 
 	statsDLQSQL = `SELECT coalesce(sum(exhausted - retried), 0) FROM dead_letter_rollups
-WHERE @tenant_id::uuid IS NULL OR tenant_id = @tenant_id::uuid`
+WHERE hourly = false AND (@tenant_id::uuid IS NULL OR tenant_id = @tenant_id::uuid)`
 )
 
 // Stats returns the totals of tenantID, or of every tenant when it is nil.
@@ -149,17 +149,23 @@ func rate(successes, attempts int64) *float64 {
 // recentSQL counts the attempts and successes of each of a tenant's
 // webhooks over a window from their rollups; a webhook of another tenant
 // counts nothing.
-const recentSQL = `SELECT scope_id, sum(attempts), sum(successes) FROM attempt_rollups
-WHERE scope_id IN (SELECT w.id FROM webhooks w WHERE w.id = ANY(@ids::uuid[]) AND w.tenant_id = @tenant_id)
-  AND ` + periodRows + `
+var recentSQL = `SELECT scope_id, sum(attempts), sum(successes) FROM attempt_rollups
+WHERE ` + periodRowsOfAny + `
 GROUP BY scope_id`
+
+// tenantsWebhooksSQL keeps of ids the tenant's webhooks.
+const tenantsWebhooksSQL = `SELECT coalesce(array_agg(id), '{}') FROM webhooks WHERE id = ANY(@ids::uuid[]) AND tenant_id = @tenant_id`
 
 // RecentAttempts returns the attempts and successes of each of the
 // tenant's webhooks ids over the window ending with now's minute; a
 // webhook without attempts is left out.
 func (r *Reader) RecentAttempts(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID, window time.Duration,
 	now time.Time) (map[uuid.UUID][2]int64, error) {
-	args := windowOf(now, window).args(pgx.NamedArgs{"ids": ids, "tenant_id": tenantID})
+	var scopes []uuid.UUID
+	if err := r.pool.QueryRow(ctx, tenantsWebhooksSQL, pgx.NamedArgs{"ids": ids, "tenant_id": tenantID}).Scan(&scopes); err != nil {
+		return nil, fmt.Errorf("recent attempts: %w", err)
+	}
+	args := windowOf(now, window).args(pgx.NamedArgs{"scopes": scopes})
 	rows, err := r.pool.Query(ctx, recentSQL, args)
 	if err != nil {
 		return nil, fmt.Errorf("recent attempts: %w", err)

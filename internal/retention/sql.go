@@ -185,10 +185,10 @@ WHERE (r.scope_id, r.hourly, r.at, r.shard) = (page.scope_id, page.hourly, page.
 DELETE FROM attempt_rollups r USING page
 WHERE (r.scope_id, r.hourly, r.at, r.shard) = (page.scope_id, page.hourly, page.at, page.shard)`
 	pruneDeadLetterRollupsSQL = `WITH page AS (
-    SELECT tenant_id, day, webhook_id, event_type, failure_category FROM dead_letter_rollups
-    WHERE day < $1::timestamptz::date AND exhausted = 0 AND retried = 0 LIMIT $2
+    SELECT tenant_id, hourly, at, webhook_id, event_type, failure_category FROM dead_letter_rollups
+    WHERE at < $1 AND exhausted = 0 AND retried = 0 LIMIT $2
 )
 DELETE FROM dead_letter_rollups r USING page
-WHERE (r.tenant_id, r.day, r.webhook_id, r.event_type, r.failure_category)
-    = (page.tenant_id, page.day, page.webhook_id, page.event_type, page.failure_category)`
+WHERE (r.tenant_id, r.hourly, r.at, r.webhook_id, r.event_type, r.failure_category)
+    = (page.tenant_id, page.hourly, page.at, page.webhook_id, page.event_type, page.failure_category)`
 )

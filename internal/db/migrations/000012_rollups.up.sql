@@ -65,18 +65,20 @@ CREATE TABLE attempt_rollups (
     PRIMARY KEY (scope_id, hourly, at, shard)
 );
 
--- The DLQ by tenant, day of exhaustion, webhook, event type and failure
--- category: exhausted counts the exhausted deliveries, retried those of
--- them that have been retried since (which the DLQ hides by default).
+-- The DLQ by tenant, UTC day (and hour, when hourly) of exhaustion,
+-- webhook, event type and failure category: exhausted counts the exhausted
+-- deliveries, retried those of them that have been retried since (which
+-- the DLQ hides by default).
 CREATE TABLE dead_letter_rollups (
     tenant_id         uuid NOT NULL,
-    day               date NOT NULL,
+    hourly            boolean NOT NULL,
+    at                timestamptz NOT NULL,
     webhook_id        uuid NOT NULL,
     event_type        text NOT NULL,
     failure_category  text NOT NULL,
     exhausted         bigint NOT NULL DEFAULT 0,
     retried           bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant_id, day, webhook_id, event_type, failure_category)
+    PRIMARY KEY (tenant_id, hourly, at, webhook_id, event_type, failure_category)
 );
 
 -- add_delivery_rollups adds the rows of changes (scope-less: webhook_id,
@@ -92,7 +94,7 @@ BEGIN
     FROM jsonb_to_recordset(changes) AS c (webhook_id uuid, tenant_id uuid, minute timestamptz, created bigint,
         retrying bigint, succeeded bigint, exhausted bigint, cancelled bigint, postponed bigint)
     CROSS JOIN LATERAL (VALUES (c.webhook_id), (c.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-    CROSS JOIN LATERAL (VALUES (false, c.minute), (true, date_trunc('hour', c.minute))) AS g (hourly, at)
+    CROSS JOIN LATERAL (VALUES (false, c.minute), (true, date_trunc('hour', c.minute, 'UTC'))) AS g (hourly, at)
     GROUP BY s.scope_id, g.hourly, g.at
     ORDER BY s.scope_id, g.hourly, g.at
     ON CONFLICT (scope_id, hourly, at, shard) DO UPDATE SET
@@ -121,7 +123,7 @@ BEGIN
     END IF;
     PERFORM add_dead_letter_rollups(
         (SELECT jsonb_agg(x) FROM (
-            SELECT n.tenant_id, (coalesce(n.completed_at, now()) AT TIME ZONE 'UTC')::date AS day, n.webhook_id, e.event_type,
+            SELECT n.tenant_id, date_trunc('hour', coalesce(n.completed_at, now()), 'UTC') AS hour, n.webhook_id, e.event_type,
                 coalesce(n.failure_category, 'unknown') AS failure_category, count(*) AS exhausted, 0 AS retried
             FROM new_rows n JOIN events e ON e.id = n.event_id
             WHERE n.status = 'exhausted'
@@ -129,7 +131,7 @@ BEGIN
         -- An exhausted delivery retried for the first time: no other
         -- delivery retries it than those of this statement.
         (SELECT jsonb_agg(x) FROM (
-            SELECT o.tenant_id, (coalesce(o.completed_at, now()) AT TIME ZONE 'UTC')::date AS day, o.webhook_id, e.event_type,
+            SELECT o.tenant_id, date_trunc('hour', coalesce(o.completed_at, now()), 'UTC') AS hour, o.webhook_id, e.event_type,
                 coalesce(o.failure_category, 'unknown') AS failure_category, 0 AS exhausted, count(*) AS retried
             FROM deliveries o JOIN events e ON e.id = o.event_id
             WHERE o.id IN (SELECT n.retry_of FROM new_rows n WHERE n.retry_of IS NOT NULL)
@@ -160,7 +162,7 @@ BEGIN
     END IF;
     PERFORM add_dead_letter_rollups(
         (SELECT jsonb_agg(x) FROM (
-            SELECT n.tenant_id, (coalesce(n.completed_at, now()) AT TIME ZONE 'UTC')::date AS day, n.webhook_id, e.event_type,
+            SELECT n.tenant_id, date_trunc('hour', coalesce(n.completed_at, now()), 'UTC') AS hour, n.webhook_id, e.event_type,
                 coalesce(n.failure_category, 'unknown') AS failure_category, count(*) AS exhausted,
                 count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = n.id)) AS retried
             FROM new_rows n JOIN old_rows o ON o.id = n.id JOIN events e ON e.id = n.event_id
@@ -183,7 +185,7 @@ BEGIN
     IF OLD.status = 'exhausted' THEN
         PERFORM add_dead_letter_rollups(
             (SELECT jsonb_agg(x) FROM (
-                SELECT OLD.tenant_id, (coalesce(OLD.completed_at, now()) AT TIME ZONE 'UTC')::date AS day,
+                SELECT OLD.tenant_id, date_trunc('hour', coalesce(OLD.completed_at, now()), 'UTC') AS hour,
                     OLD.webhook_id, e.event_type, coalesce(OLD.failure_category, 'unknown') AS failure_category,
                     -1 AS exhausted,
                     -(EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = OLD.id))::int AS retried
@@ -194,7 +196,7 @@ BEGIN
         AND NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = OLD.retry_of AND r.id <> OLD.id) THEN
         PERFORM add_dead_letter_rollups(
             (SELECT jsonb_agg(x) FROM (
-                SELECT o.tenant_id, (coalesce(o.completed_at, now()) AT TIME ZONE 'UTC')::date AS day,
+                SELECT o.tenant_id, date_trunc('hour', coalesce(o.completed_at, now()), 'UTC') AS hour,
                     o.webhook_id, e.event_type, coalesce(o.failure_category, 'unknown') AS failure_category,
                     0 AS exhausted, -1 AS retried
                 FROM deliveries o JOIN events e ON e.id = o.event_id
@@ -204,20 +206,22 @@ BEGIN
     RETURN OLD;
 END $$;
 
--- add_dead_letter_rollups adds both sets of rows (either may be NULL).
+-- add_dead_letter_rollups adds both sets of rows (either may be NULL), each
+-- to its hour and its day.
 CREATE FUNCTION add_dead_letter_rollups(a jsonb, b jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF a IS NULL AND b IS NULL THEN
         RETURN;
     END IF;
-    INSERT INTO dead_letter_rollups AS r (tenant_id, day, webhook_id, event_type, failure_category, exhausted, retried)
-    SELECT c.tenant_id, c.day, c.webhook_id, c.event_type, c.failure_category, sum(c.exhausted), sum(c.retried)
-    FROM jsonb_to_recordset(coalesce(a, '[]') || coalesce(b, '[]')) AS c (tenant_id uuid, day date, webhook_id uuid,
+    INSERT INTO dead_letter_rollups AS r (tenant_id, hourly, at, webhook_id, event_type, failure_category, exhausted, retried)
+    SELECT c.tenant_id, g.hourly, g.at, c.webhook_id, c.event_type, c.failure_category, sum(c.exhausted), sum(c.retried)
+    FROM jsonb_to_recordset(coalesce(a, '[]') || coalesce(b, '[]')) AS c (tenant_id uuid, hour timestamptz, webhook_id uuid,
         event_type text, failure_category text, exhausted bigint, retried bigint)
-    GROUP BY 1, 2, 3, 4, 5
-    ORDER BY 1, 2, 3, 4, 5
-    ON CONFLICT (tenant_id, day, webhook_id, event_type, failure_category) DO UPDATE SET
+    CROSS JOIN LATERAL (VALUES (true, c.hour), (false, date_trunc('day', c.hour, 'UTC'))) AS g (hourly, at)
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ORDER BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (tenant_id, hourly, at, webhook_id, event_type, failure_category) DO UPDATE SET
         exhausted = r.exhausted + excluded.exhausted, retried = r.retried + excluded.retried;
 END $$;
 
@@ -239,7 +243,7 @@ BEGIN
             n.failure_category, latency_bucket(n.duration_ms) AS bucket, n.executed_at
         FROM new_rows n
         CROSS JOIN LATERAL (VALUES (n.webhook_id), (n.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-        CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', n.executed_at)), (true, date_trunc('hour', n.executed_at)))
+        CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', n.executed_at)), (true, date_trunc('hour', n.executed_at, 'UTC')))
             AS g (hourly, at)
     ), totals AS (
         SELECT scope_id, hourly, at, count(*) AS attempts, count(*) FILTER (WHERE ok) AS successes,
@@ -278,7 +282,7 @@ SELECT s.scope_id, g.hourly, g.at, 0, count(*),
     sum(d.postponed_count)
 FROM deliveries d
 CROSS JOIN LATERAL (VALUES (d.webhook_id), (d.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', d.created_at)), (true, date_trunc('hour', d.created_at)))
+CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', d.created_at)), (true, date_trunc('hour', d.created_at, 'UTC')))
     AS g (hourly, at)
 GROUP BY 1, 2, 3;
 
@@ -289,7 +293,7 @@ WITH scoped AS (
           UNION ALL
           SELECT webhook_id, tenant_id, executed_at, status_code, failure_category, duration_ms FROM delivery_attempts_retained) AS a
     CROSS JOIN LATERAL (VALUES (a.webhook_id), (a.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-    CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', a.executed_at)), (true, date_trunc('hour', a.executed_at)))
+    CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', a.executed_at)), (true, date_trunc('hour', a.executed_at, 'UTC')))
         AS g (hourly, at)
 ), totals AS (
     SELECT scope_id, hourly, at, count(*) AS attempts, count(*) FILTER (WHERE ok) AS successes,
@@ -307,13 +311,14 @@ INSERT INTO attempt_rollups (scope_id, hourly, at, shard, attempts, successes, e
 SELECT t.scope_id, t.hourly, t.at, 0, t.attempts, t.successes, coalesce(e.errors, '{}'), l.latency, t.last_success_at
 FROM totals t JOIN latency l USING (scope_id, hourly, at) LEFT JOIN errors e USING (scope_id, hourly, at);
 
-INSERT INTO dead_letter_rollups (tenant_id, day, webhook_id, event_type, failure_category, exhausted, retried)
-SELECT d.tenant_id, (coalesce(d.completed_at, now()) AT TIME ZONE 'UTC')::date, d.webhook_id, e.event_type,
-    coalesce(d.failure_category, 'unknown'), count(*),
+INSERT INTO dead_letter_rollups (tenant_id, hourly, at, webhook_id, event_type, failure_category, exhausted, retried)
+SELECT d.tenant_id, g.hourly, g.at, d.webhook_id, e.event_type, coalesce(d.failure_category, 'unknown'), count(*),
     count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id))
 FROM deliveries d JOIN events e ON e.id = d.event_id
+CROSS JOIN LATERAL (VALUES (true, date_trunc('hour', coalesce(d.completed_at, now()), 'UTC')),
+    (false, date_trunc('day', coalesce(d.completed_at, now()), 'UTC'))) AS g (hourly, at)
 WHERE d.status = 'exhausted'
-GROUP BY 1, 2, 3, 4, 5;
+GROUP BY 1, 2, 3, 4, 5, 6;
 
 -- A webhook's DLQ, in the order it lists it, without reading the rest of
 -- its tenant's.
