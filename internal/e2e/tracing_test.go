@@ -226,9 +226,12 @@ func TestRecoveryStaysInTheEventsTrace(t *testing.T) {
 	t.Parallel()
 	s, exp := tracedSystem(t)
 	from := time.Now().Add(-time.Second).UTC()
-	event := s.publishTraced("order.created")
+	// The webhook exists but is paused when the event is published: the
+	// event is one it missed.
 	rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
-	hook := s.fastHook(rc.URL, map[string]any{"events": []string{"order.*"}})
+	hook := s.fastHook(rc.URL, map[string]any{"events": []string{"order.*"}, "active": false})
+	event := s.publishTraced("order.created")
+	s.call("PATCH", "/v1/webhooks/"+hook, s.key, map[string]any{"active": true}, http.StatusOK, nil)
 
 	var started map[string]any
 	s.call("POST", "/v1/webhooks/"+hook+"/recover", s.key, map[string]any{"from": from, "include": []string{"missed"},

@@ -19,9 +19,11 @@ func TestRecoveryResumesAfterDLQSIGKILL(t *testing.T) {
 	f := newBatchKillFixture(t)
 	dbURL, topo, base, key, pool, count := f.dbURL, f.topo, f.base, f.key, f.pool, f.count(t)
 	var err error
-	// The webhook was disabled from an hour ago until a minute ago; the
-	// events published meanwhile made no delivery to it.
+	// The webhook, made two hours ago, was disabled from an hour ago until
+	// a minute ago; the events published meanwhile made no delivery to it.
 	const n = 600
+	_, err = pool.Exec(context.Background(), `UPDATE webhooks SET created_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
 	_, err = pool.Exec(context.Background(), `INSERT INTO webhook_pauses (webhook_id, paused_at, resumed_at)
 SELECT id, now() - interval '1 hour', now() - interval '1 minute' FROM webhooks`)
 	require.NoError(t, err)
