@@ -152,23 +152,32 @@ type exhaustedHook struct {
 	Latest    time.Time
 }
 
-// exhaustedSQL groups the DLQ entries a DeadLetterFilter selects (the
-// definition the DLQ itself uses) by live webhook. It reads the tenant's
-// entries through deliveries_exhausted_idx (tenant_id, id).
-const exhaustedSQL = `SELECT d.webhook_id, w.url, count(*), max(d.completed_at)
-FROM deliveries d JOIN events e ON e.id = d.event_id
-JOIN webhooks w ON w.id = d.webhook_id AND w.deleted_at IS NULL
-WHERE ` + history.DeadLetterWhere + ` AND ` + history.NotRetried + `
-GROUP BY d.webhook_id, w.url
-ORDER BY max(d.completed_at) DESC
+// exhaustedSQL counts, by live webhook, the DLQ entries of the tenant
+// exhausted since @since (an hour's start) from the hourly rows of
+// dead_letter_rollups, and finds each such webhook's latest entry through
+// deliveries_webhook_dead_letter_idx (webhook_id, completed_at, id),
+// newest first: it reads the hours of the window, not its deliveries.
+const exhaustedSQL = `WITH counts AS (
+    SELECT webhook_id, sum(exhausted - retried) AS n FROM dead_letter_rollups
+    WHERE tenant_id = @tenant_id AND hourly AND at >= @since
+    GROUP BY webhook_id HAVING sum(exhausted - retried) > 0
+)
+SELECT c.webhook_id, w.url, c.n, l.completed_at
+FROM counts c
+JOIN webhooks w ON w.id = c.webhook_id AND w.tenant_id = @tenant_id AND w.deleted_at IS NULL
+CROSS JOIN LATERAL (
+    SELECT d.completed_at FROM deliveries d
+    WHERE d.webhook_id = c.webhook_id AND d.status = 'exhausted' AND ` + history.NotRetried + `
+    ORDER BY d.completed_at DESC LIMIT 1) l
+ORDER BY l.completed_at DESC
 LIMIT 20`
 
 // recentlyExhausted lists the webhooks with deliveries exhausted in the
-// last 24 hours that nobody retried yet.
+// last 24 hours (from the start of the hour 24 hours ago) that nobody
+// retried yet.
 func (c *Console) recentlyExhausted(ctx context.Context, tenantID uuid.UUID) ([]exhaustedHook, error) {
-	since := c.now().Add(-24 * time.Hour)
-	f := history.DeadLetterFilter{From: &since}
-	rows, err := c.db.Query(ctx, exhaustedSQL, f.Args(tenantID))
+	since := c.now().UTC().Add(-24 * time.Hour).Truncate(time.Hour)
+	rows, err := c.db.Query(ctx, exhaustedSQL, pgx.NamedArgs{"tenant_id": tenantID, "since": since})
 	if err != nil {
 		return nil, fmt.Errorf("recently exhausted: %w", err)
 	}

@@ -85,7 +85,7 @@ func TestRollupsMigrationCountsTheExistingHistory(t *testing.T) {
 		`SELECT 'all', sum(attempts) FROM attempt_rollups WHERE NOT hourly AND scope_id = '00000000-0000-0000-0000-000000000000'`,
 		`SELECT 'all', count(*) FROM delivery_attempts`)
 	same("the DLQ per tenant",
-		`SELECT tenant_id::text, sum(exhausted) * 1000 + sum(exhausted - retried) FROM dead_letter_rollups WHERE NOT hourly GROUP BY 1`,
+		`SELECT tenant_id::text, sum(exhausted) * 1000 + sum(exhausted - retried) FROM dead_letter_rollups WHERE at = '-infinity' GROUP BY 1`,
 		`SELECT d.tenant_id::text, count(*) * 1000 + count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id))
 			FROM deliveries d WHERE status = 'exhausted' GROUP BY 1`)
 
@@ -99,7 +99,13 @@ func TestRollupsMigrationCountsTheExistingHistory(t *testing.T) {
 
 	same("the DLQ's hours add up to its days",
 		`SELECT tenant_id::text || date_trunc('day', at, 'UTC')::text, sum(exhausted) * 1000 + sum(retried) FROM dead_letter_rollups WHERE hourly GROUP BY 1`,
-		`SELECT tenant_id::text || at::text, sum(exhausted) * 1000 + sum(retried) FROM dead_letter_rollups WHERE NOT hourly GROUP BY 1`)
+		`SELECT tenant_id::text || at::text, sum(exhausted) * 1000 + sum(retried) FROM dead_letter_rollups
+			WHERE NOT hourly AND at > '-infinity' GROUP BY 1`)
+	same("the DLQ's days add up to its all-time rows",
+		`SELECT tenant_id::text || webhook_id::text || event_type || failure_category, sum(exhausted) * 1000 + sum(retried)
+			FROM dead_letter_rollups WHERE NOT hourly AND at > '-infinity' GROUP BY 1`,
+		`SELECT tenant_id::text || webhook_id::text || event_type || failure_category, sum(exhausted) * 1000 + sum(retried)
+			FROM dead_letter_rollups WHERE at = '-infinity' GROUP BY 1`)
 
 	// From now on the triggers keep them.
 	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE status = 'pending'`)

@@ -37,7 +37,7 @@ func NewGauges(pool *pgxpool.Pool, conn *queue.Conn, topo queue.Topology, log *s
 // not retried since (a failed retry is itself in the DLQ), from the rollups
 // the triggers keep (docs/DATA.md, "Rollups"), whose rows grow with the
 // days and kinds of failures, not with the deliveries.
-const dlqSizeSQL = `SELECT tenant_id, sum(exhausted - retried) FROM dead_letter_rollups WHERE hourly = false
+const dlqSizeSQL = `SELECT tenant_id, sum(exhausted - retried) FROM dead_letter_rollups WHERE hourly = false AND at = '-infinity'
 GROUP BY tenant_id HAVING sum(exhausted - retried) > 0`
 
 // Run refreshes the gauges until ctx ends. While the broker is not

@@ -170,8 +170,19 @@ const (
 	deadLetterRollupSQL = `SELECT failure_category,
     sum(exhausted) - CASE WHEN @include_retried THEN 0 ELSE sum(retried) END
 FROM dead_letter_rollups
-WHERE tenant_id = @tenant_id AND hourly = @hourly
+WHERE tenant_id = @tenant_id AND hourly = @hourly AND at > '-infinity'
   AND at >= coalesce(@at_from::timestamptz, '-infinity') AND at < coalesce(@at_to::timestamptz, 'infinity')
+  AND (@webhook_ids::uuid[] IS NULL OR webhook_id = ANY(@webhook_ids::uuid[]))
+  AND (@event_types::text[] IS NULL OR event_type = ANY(@event_types::text[]))
+  AND (@categories::text[] IS NULL OR failure_category = ANY(@categories::text[]))
+GROUP BY 1`
+
+	// Without a time filter: the all-time rows, one a webhook, event type
+	// and category.
+	deadLetterTotalSQL = `SELECT failure_category,
+    sum(exhausted) - CASE WHEN @include_retried THEN 0 ELSE sum(retried) END
+FROM dead_letter_rollups
+WHERE tenant_id = @tenant_id AND hourly = false AND at = '-infinity'
   AND (@webhook_ids::uuid[] IS NULL OR webhook_id = ANY(@webhook_ids::uuid[]))
   AND (@event_types::text[] IS NULL OR event_type = ANY(@event_types::text[]))
   AND (@categories::text[] IS NULL OR failure_category = ANY(@categories::text[]))
@@ -192,7 +203,11 @@ func (r *Reader) CountDeadLetters(ctx context.Context, tenantID uuid.UUID, q Dea
 	for _, p := range parts.rollups {
 		args := q.Filter.Args(tenantID)
 		args["include_retried"], args["hourly"], args["at_from"], args["at_to"] = q.IncludeRetried, p.hourly, p.from, p.to
-		if err := r.addCounts(ctx, deadLetterRollupSQL, args, &c); err != nil {
+		sql := deadLetterRollupSQL
+		if !p.hourly && p.from == nil && p.to == nil {
+			sql = deadLetterTotalSQL
+		}
+		if err := r.addCounts(ctx, sql, args, &c); err != nil {
 			return DeadLetterCounts{}, err
 		}
 	}

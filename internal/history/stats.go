@@ -64,7 +64,7 @@ WHERE ` + periodRows + `
 GROUP BY 1`
 
 	statsDLQSQL = `SELECT coalesce(sum(exhausted - retried), 0) FROM dead_letter_rollups
-WHERE hourly = false AND (@tenant_id::uuid IS NULL OR tenant_id = @tenant_id::uuid)`
+WHERE hourly = false AND at = '-infinity' AND (@tenant_id::uuid IS NULL OR tenant_id = @tenant_id::uuid)`
 )
 
 // Stats returns the totals of tenantID, or of every tenant when it is nil.

@@ -157,6 +157,8 @@ func TestOnceRemovesKeptAttemptsOnceResolved(t *testing.T) {
 	retry := f.delivery(ev, now.Add(-time.Hour), "succeeded", &exhausted, 1)
 	rep, err = f.job().Once(f.ctx, now)
 	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.Rollups, "the DLQ's all-time row of the deleted delivery, at zero")
+	rep.Rollups = 0
 	require.Equal(t, Report{Deliveries: 1, Payloads: 1}, rep)
 	require.False(t, f.deliveryExists(exhausted))
 	require.Zero(t, f.count(`SELECT count(*) FROM delivery_attempts_retained`), "the kept attempts went with their delivery")
@@ -425,7 +427,7 @@ func TestOncePrunesOldRollups(t *testing.T) {
 	f.exec(`UPDATE deliveries SET status = 'exhausted', completed_at = created_at + interval '1 hour'
 		WHERE id IN ($1, $2)`, unresolved, resolved)
 	f.delivery(f.event(old.Add(2*time.Minute)), old.Add(2*time.Minute), "succeeded", &resolved, 1)
-	require.Equal(t, 2, f.count(`SELECT sum(exhausted) FROM dead_letter_rollups WHERE NOT hourly`))
+	require.Equal(t, 2, f.count(`SELECT sum(exhausted) FROM dead_letter_rollups WHERE at = '-infinity'`))
 	rollups := func(table string, before time.Time) int {
 		return f.count(`SELECT count(*) FROM `+table+` WHERE at < $1`, before)
 	}
@@ -440,7 +442,7 @@ func TestOncePrunesOldRollups(t *testing.T) {
 	require.Positive(t, rollups("attempt_rollups", now.Add(time.Minute)))
 	require.True(t, f.deliveryExists(unresolved))
 	require.False(t, f.deliveryExists(resolved))
-	require.Equal(t, 2, f.count(`SELECT count(*) FROM dead_letter_rollups`), "only the unresolved entry's rows (its hour and day) are left")
-	require.Equal(t, 1, f.count(`SELECT sum(exhausted - retried) FROM dead_letter_rollups WHERE NOT hourly`))
+	require.Equal(t, 3, f.count(`SELECT count(*) FROM dead_letter_rollups`), "only the unresolved entry's rows (its hour, its day, all time) are left")
+	require.Equal(t, 1, f.count(`SELECT sum(exhausted - retried) FROM dead_letter_rollups WHERE at = '-infinity'`))
 	require.Contains(t, f.logs.String(), "rollups=")
 }

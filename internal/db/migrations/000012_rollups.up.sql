@@ -66,7 +66,8 @@ CREATE TABLE attempt_rollups (
 );
 
 -- The DLQ by tenant, UTC day (and hour, when hourly) of exhaustion,
--- webhook, event type and failure category: exhausted counts the exhausted
+-- webhook, event type and failure category, and in all (a row at
+-- -infinity, not hourly) whatever the time: exhausted counts the exhausted
 -- deliveries, retried those of them that have been retried since (which
 -- the DLQ hides by default).
 CREATE TABLE dead_letter_rollups (
@@ -160,15 +161,26 @@ BEGIN
     IF changes IS NOT NULL THEN
         PERFORM add_delivery_rollups(changes);
     END IF;
+    -- A delivery entering the DLQ counts at its key; one already in it
+    -- whose key changed (an operator correcting completed_at or the
+    -- category) moves from the old key to the new.
     PERFORM add_dead_letter_rollups(
         (SELECT jsonb_agg(x) FROM (
             SELECT n.tenant_id, date_trunc('hour', coalesce(n.completed_at, now()), 'UTC') AS hour, n.webhook_id, e.event_type,
                 coalesce(n.failure_category, 'unknown') AS failure_category, count(*) AS exhausted,
                 count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = n.id)) AS retried
             FROM new_rows n JOIN old_rows o ON o.id = n.id JOIN events e ON e.id = n.event_id
-            WHERE n.status = 'exhausted' AND o.status <> 'exhausted'
+            WHERE n.status = 'exhausted' AND (o.status <> 'exhausted' OR o.completed_at IS DISTINCT FROM n.completed_at
+                OR o.failure_category IS DISTINCT FROM n.failure_category)
             GROUP BY 1, 2, 3, 4, 5) AS x),
-        NULL);
+        (SELECT jsonb_agg(x) FROM (
+            SELECT o.tenant_id, date_trunc('hour', coalesce(o.completed_at, now()), 'UTC') AS hour, o.webhook_id, e.event_type,
+                coalesce(o.failure_category, 'unknown') AS failure_category, -count(*) AS exhausted,
+                -count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = o.id)) AS retried
+            FROM new_rows n JOIN old_rows o ON o.id = n.id JOIN events e ON e.id = o.event_id
+            WHERE o.status = 'exhausted' AND (n.status <> 'exhausted' OR o.completed_at IS DISTINCT FROM n.completed_at
+                OR o.failure_category IS DISTINCT FROM n.failure_category)
+            GROUP BY 1, 2, 3, 4, 5) AS x));
     RETURN NULL;
 END $$;
 
@@ -207,7 +219,7 @@ BEGIN
 END $$;
 
 -- add_dead_letter_rollups adds both sets of rows (either may be NULL), each
--- to its hour and its day.
+-- to its hour, its day and the all-time row.
 CREATE FUNCTION add_dead_letter_rollups(a jsonb, b jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -218,7 +230,8 @@ BEGIN
     SELECT c.tenant_id, g.hourly, g.at, c.webhook_id, c.event_type, c.failure_category, sum(c.exhausted), sum(c.retried)
     FROM jsonb_to_recordset(coalesce(a, '[]') || coalesce(b, '[]')) AS c (tenant_id uuid, hour timestamptz, webhook_id uuid,
         event_type text, failure_category text, exhausted bigint, retried bigint)
-    CROSS JOIN LATERAL (VALUES (true, c.hour), (false, date_trunc('day', c.hour, 'UTC'))) AS g (hourly, at)
+    CROSS JOIN LATERAL (VALUES (true, c.hour), (false, date_trunc('day', c.hour, 'UTC')), (false, '-infinity'::timestamptz))
+        AS g (hourly, at)
     GROUP BY 1, 2, 3, 4, 5, 6
     ORDER BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (tenant_id, hourly, at, webhook_id, event_type, failure_category) DO UPDATE SET
@@ -316,7 +329,7 @@ SELECT d.tenant_id, g.hourly, g.at, d.webhook_id, e.event_type, coalesce(d.failu
     count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id))
 FROM deliveries d JOIN events e ON e.id = d.event_id
 CROSS JOIN LATERAL (VALUES (true, date_trunc('hour', coalesce(d.completed_at, now()), 'UTC')),
-    (false, date_trunc('day', coalesce(d.completed_at, now()), 'UTC'))) AS g (hourly, at)
+    (false, date_trunc('day', coalesce(d.completed_at, now()), 'UTC')), (false, '-infinity'::timestamptz)) AS g (hourly, at)
 WHERE d.status = 'exhausted'
 GROUP BY 1, 2, 3, 4, 5, 6;
 
