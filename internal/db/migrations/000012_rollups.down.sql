@@ -1,3 +1,4 @@
+DROP INDEX IF EXISTS dead_letter_rollups_all_time_idx;
 DROP INDEX IF EXISTS events_tenant_type_idx;
 DROP INDEX IF EXISTS deliveries_webhook_dead_letter_idx;
 DROP TRIGGER IF EXISTS attempts_rollup_insert ON delivery_attempts;

@@ -333,6 +333,10 @@ CROSS JOIN LATERAL (VALUES (true, date_trunc('hour', coalesce(d.completed_at, no
 WHERE d.status = 'exhausted'
 GROUP BY 1, 2, 3, 4, 5, 6;
 
+-- The all-time DLQ rows of every tenant, for the admin's stats and the
+-- dlq's gauge, without reading the hourly and daily rows.
+CREATE INDEX dead_letter_rollups_all_time_idx ON dead_letter_rollups (tenant_id) WHERE at = '-infinity';
+
 -- A webhook's DLQ, in the order it lists it, without reading the rest of
 -- its tenant's.
 CREATE INDEX deliveries_webhook_dead_letter_idx ON deliveries (webhook_id, completed_at, id)
