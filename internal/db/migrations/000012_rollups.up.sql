@@ -148,6 +148,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     changes jsonb;
 BEGIN
+    -- Most updates change nothing a rollup counts (the outbox marking
+    -- deliveries enqueued, parkings, attempt counts): one look, and out.
+    IF NOT EXISTS (SELECT 1 FROM new_rows n JOIN old_rows o ON o.id = n.id
+                   WHERE n.status <> o.status OR n.postponed_count <> o.postponed_count
+                      OR (o.status = 'exhausted' AND (o.completed_at IS DISTINCT FROM n.completed_at
+                          OR o.failure_category IS DISTINCT FROM n.failure_category))) THEN
+        RETURN NULL;
+    END IF;
     SELECT jsonb_agg(c) INTO changes FROM (
         SELECT n.webhook_id, n.tenant_id, date_trunc('minute', n.created_at) AS minute, 0 AS created,
             sum((n.status = 'retrying')::int - (o.status = 'retrying')::int) AS retrying,
