@@ -10,7 +10,6 @@ DROP FUNCTION IF EXISTS deliveries_rollup_delete();
 DROP FUNCTION IF EXISTS deliveries_rollup_update();
 DROP FUNCTION IF EXISTS deliveries_rollup_insert();
 DROP FUNCTION IF EXISTS add_dead_letter_rollups(jsonb, jsonb);
-DROP FUNCTION IF EXISTS add_delivery_rollups(jsonb);
 DROP TABLE IF EXISTS dead_letter_rollups;
 DROP TABLE IF EXISTS attempt_rollups;
 DROP TABLE IF EXISTS delivery_rollups;

@@ -82,45 +82,30 @@ CREATE TABLE dead_letter_rollups (
     PRIMARY KEY (tenant_id, hourly, at, webhook_id, event_type, failure_category)
 );
 
--- add_delivery_rollups adds the rows of changes (scope-less: webhook_id,
--- tenant_id, minute and the counts) to the three scopes of each, in its
--- minute and its hour.
-CREATE FUNCTION add_delivery_rollups(changes jsonb) RETURNS void
+-- The triggers of deliveries. A statement that changes no state and no
+-- postponement (the outbox marking rows enqueued, a parking) adds nothing.
+CREATE FUNCTION deliveries_rollup_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO delivery_rollups AS r (scope_id, hourly, at, shard, created, retrying, succeeded, exhausted, cancelled,
         postponed)
-    SELECT s.scope_id, g.hourly, g.at, floor(random() * 4)::smallint, sum(c.created), sum(c.retrying), sum(c.succeeded),
-        sum(c.exhausted), sum(c.cancelled), sum(c.postponed)
-    FROM jsonb_to_recordset(changes) AS c (webhook_id uuid, tenant_id uuid, minute timestamptz, created bigint,
-        retrying bigint, succeeded bigint, exhausted bigint, cancelled bigint, postponed bigint)
-    CROSS JOIN LATERAL (VALUES (c.webhook_id), (c.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
-    CROSS JOIN LATERAL (VALUES (false, c.minute), (true, date_trunc('hour', c.minute, 'UTC'))) AS g (hourly, at)
+    SELECT s.scope_id, g.hourly, g.at, floor(random() * 4)::smallint, count(*),
+        count(*) FILTER (WHERE n.status = 'retrying'), count(*) FILTER (WHERE n.status = 'succeeded'),
+        count(*) FILTER (WHERE n.status = 'exhausted'), count(*) FILTER (WHERE n.status = 'cancelled'),
+        sum(n.postponed_count)
+    FROM new_rows n
+    CROSS JOIN LATERAL (VALUES (n.webhook_id), (n.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
+    CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', n.created_at)), (true, date_trunc('hour', n.created_at, 'UTC')))
+        AS g (hourly, at)
     GROUP BY s.scope_id, g.hourly, g.at
     ORDER BY s.scope_id, g.hourly, g.at
     ON CONFLICT (scope_id, hourly, at, shard) DO UPDATE SET
         created = r.created + excluded.created, retrying = r.retrying + excluded.retrying,
         succeeded = r.succeeded + excluded.succeeded, exhausted = r.exhausted + excluded.exhausted,
         cancelled = r.cancelled + excluded.cancelled, postponed = r.postponed + excluded.postponed;
-END $$;
-
--- The triggers of deliveries. A statement that changes no state and no
--- postponement (the outbox marking rows enqueued, a parking) adds nothing.
-CREATE FUNCTION deliveries_rollup_insert() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    changes jsonb;
-BEGIN
-    SELECT jsonb_agg(c) INTO changes FROM (
-        SELECT n.webhook_id, n.tenant_id, date_trunc('minute', n.created_at) AS minute, count(*) AS created,
-            count(*) FILTER (WHERE n.status = 'retrying') AS retrying,
-            count(*) FILTER (WHERE n.status = 'succeeded') AS succeeded,
-            count(*) FILTER (WHERE n.status = 'exhausted') AS exhausted,
-            count(*) FILTER (WHERE n.status = 'cancelled') AS cancelled,
-            sum(n.postponed_count) AS postponed
-        FROM new_rows n GROUP BY 1, 2, 3) AS c;
-    IF changes IS NOT NULL THEN
-        PERFORM add_delivery_rollups(changes);
+    -- The DLQ: a delivery stored exhausted, or the first retry of one.
+    IF NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.status = 'exhausted' OR n.retry_of IS NOT NULL) THEN
+        RETURN NULL;
     END IF;
     PERFORM add_dead_letter_rollups(
         (SELECT jsonb_agg(x) FROM (
@@ -145,8 +130,6 @@ END $$;
 
 CREATE FUNCTION deliveries_rollup_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    changes jsonb;
 BEGIN
     -- Most updates change nothing a rollup counts (the outbox marking
     -- deliveries enqueued, parkings, attempt counts): one look, and out.
@@ -156,18 +139,27 @@ BEGIN
                           OR o.failure_category IS DISTINCT FROM n.failure_category))) THEN
         RETURN NULL;
     END IF;
-    SELECT jsonb_agg(c) INTO changes FROM (
-        SELECT n.webhook_id, n.tenant_id, date_trunc('minute', n.created_at) AS minute, 0 AS created,
-            sum((n.status = 'retrying')::int - (o.status = 'retrying')::int) AS retrying,
-            sum((n.status = 'succeeded')::int - (o.status = 'succeeded')::int) AS succeeded,
-            sum((n.status = 'exhausted')::int - (o.status = 'exhausted')::int) AS exhausted,
-            sum((n.status = 'cancelled')::int - (o.status = 'cancelled')::int) AS cancelled,
-            sum(n.postponed_count - o.postponed_count) AS postponed
-        FROM new_rows n JOIN old_rows o ON o.id = n.id
-        WHERE n.status <> o.status OR n.postponed_count <> o.postponed_count
-        GROUP BY 1, 2, 3) AS c;
-    IF changes IS NOT NULL THEN
-        PERFORM add_delivery_rollups(changes);
+    INSERT INTO delivery_rollups AS r (scope_id, hourly, at, shard, created, retrying, succeeded, exhausted, cancelled,
+        postponed)
+    SELECT s.scope_id, g.hourly, g.at, floor(random() * 4)::smallint, 0,
+        sum((n.status = 'retrying')::int - (o.status = 'retrying')::int),
+        sum((n.status = 'succeeded')::int - (o.status = 'succeeded')::int),
+        sum((n.status = 'exhausted')::int - (o.status = 'exhausted')::int),
+        sum((n.status = 'cancelled')::int - (o.status = 'cancelled')::int),
+        sum(n.postponed_count - o.postponed_count)
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    CROSS JOIN LATERAL (VALUES (n.webhook_id), (n.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
+    CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', n.created_at)), (true, date_trunc('hour', n.created_at, 'UTC')))
+        AS g (hourly, at)
+    WHERE n.status <> o.status OR n.postponed_count <> o.postponed_count
+    GROUP BY s.scope_id, g.hourly, g.at
+    ORDER BY s.scope_id, g.hourly, g.at
+    ON CONFLICT (scope_id, hourly, at, shard) DO UPDATE SET
+        created = r.created + excluded.created, retrying = r.retrying + excluded.retrying,
+        succeeded = r.succeeded + excluded.succeeded, exhausted = r.exhausted + excluded.exhausted,
+        cancelled = r.cancelled + excluded.cancelled, postponed = r.postponed + excluded.postponed;
+    IF NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.status = 'exhausted') THEN
+        RETURN NULL;
     END IF;
     -- A delivery entering the DLQ counts at its key; one already in it
     -- whose key changed (an operator correcting completed_at or the
