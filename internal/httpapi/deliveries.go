@@ -41,18 +41,7 @@ func (s *Server) listDeliveries(c *gin.Context) {
 		}
 		f.Status = &st
 	}
-	if et := c.Query("event_type"); et != "" {
-		if err := webhook.ValidateEventType(et); err != nil {
-			abort(c, fielderr.New("event_type", "%s", err.Error()))
-			return
-		}
-		f.EventType = &et
-	}
-	if f.From, err = parseTimeQuery(c, "from"); err != nil {
-		abort(c, err)
-		return
-	}
-	if f.To, err = parseTimeQuery(c, "to"); err != nil {
+	if f.EventType, f.From, f.To, err = typeAndTimes(c); err != nil {
 		abort(c, err)
 		return
 	}
@@ -81,6 +70,23 @@ func (s *Server) getDelivery(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, d)
+}
+
+// typeAndTimes reads the ?event_type=, ?from= and ?to= filters of a list.
+func typeAndTimes(c *gin.Context) (eventType *string, from, to *time.Time, err error) {
+	if et := c.Query("event_type"); et != "" {
+		if err := webhook.ValidateEventType(et); err != nil {
+			return nil, nil, nil, fielderr.New("event_type", "%s", err.Error())
+		}
+		eventType = &et
+	}
+	if from, err = parseTimeQuery(c, "from"); err != nil {
+		return nil, nil, nil, err
+	}
+	if to, err = parseTimeQuery(c, "to"); err != nil {
+		return nil, nil, nil, err
+	}
+	return eventType, from, to, nil
 }
 
 func parseTimeQuery(c *gin.Context, name string) (*time.Time, error) {

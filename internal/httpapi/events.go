@@ -16,7 +16,6 @@ import (
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/metrics"
-	"github.com/hookline/hookline/internal/webhook"
 )
 
 // publishEvent accepts an event: 202 with its id and delivery count once it
@@ -221,18 +220,7 @@ func (s *Server) findEvents(c *gin.Context) {
 		return
 	}
 	f := event.ListFilter{Before: p.After, Limit: p.Limit + 1}
-	if et := c.Query("event_type"); et != "" {
-		if err := webhook.ValidateEventType(et); err != nil {
-			abort(c, fielderr.New("event_type", "%s", err.Error()))
-			return
-		}
-		f.EventType = &et
-	}
-	if f.From, err = parseTimeQuery(c, "from"); err != nil {
-		abort(c, err)
-		return
-	}
-	if f.To, err = parseTimeQuery(c, "to"); err != nil {
+	if f.EventType, f.From, f.To, err = typeAndTimes(c); err != nil {
 		abort(c, err)
 		return
 	}
