@@ -262,27 +262,34 @@ func ResealSigningKeys(ctx context.Context, pool *pgxpool.Pool, seal *secret.Key
 // RotateSigningKeyCommand is "api rotate-console-key": it opens the
 // database at databaseURL and rotates the console signing key.
 func RotateSigningKeyCommand(ctx context.Context, databaseURL string, keyEntries []string, log *slog.Logger) error {
-	seal, err := secret.FromConfig(keyEntries)
-	if err != nil {
-		return fmt.Errorf("config security.secret_keys: %w", err)
-	}
-	pool, err := db.Open(ctx, databaseURL, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	id, err := RotateSigningKey(ctx, pool, seal)
-	if err != nil {
-		return err
-	}
-	log.Info("console signing key rotated", "key_id", id)
-	return nil
+	return withSigningKeyStore(ctx, databaseURL, keyEntries, func(pool *pgxpool.Pool, seal *secret.Keyring) error {
+		id, err := RotateSigningKey(ctx, pool, seal)
+		if err != nil {
+			return err
+		}
+		log.Info("console signing key rotated", "key_id", id)
+		return nil
+	})
 }
 
 // ResealSigningKeysCommand is the console's part of "api
 // rotate-secret-key": it seals the console signing keys again under the
 // current secret key, so that the previous one can be removed.
 func ResealSigningKeysCommand(ctx context.Context, databaseURL string, keyEntries []string, log *slog.Logger) error {
+	return withSigningKeyStore(ctx, databaseURL, keyEntries, func(pool *pgxpool.Pool, seal *secret.Keyring) error {
+		n, err := ResealSigningKeys(ctx, pool, seal)
+		if err != nil {
+			return err
+		}
+		log.Info("console signing keys resealed", "key_id", seal.CurrentID(), "keys", n)
+		return nil
+	})
+}
+
+// withSigningKeyStore runs f on the database at databaseURL with the
+// secret keys of keyEntries, for the commands above.
+func withSigningKeyStore(ctx context.Context, databaseURL string, keyEntries []string,
+	f func(*pgxpool.Pool, *secret.Keyring) error) error {
 	seal, err := secret.FromConfig(keyEntries)
 	if err != nil {
 		return fmt.Errorf("config security.secret_keys: %w", err)
@@ -292,10 +299,5 @@ func ResealSigningKeysCommand(ctx context.Context, databaseURL string, keyEntrie
 		return err
 	}
 	defer pool.Close()
-	n, err := ResealSigningKeys(ctx, pool, seal)
-	if err != nil {
-		return err
-	}
-	log.Info("console signing keys resealed", "key_id", seal.CurrentID(), "keys", n)
-	return nil
+	return f(pool, seal)
 }
