@@ -119,7 +119,7 @@ func (c *Console) summaries(ctx context.Context, tenantID uuid.UUID, ids []uuid.
 	for _, id := range ids {
 		out[id] = &summary{}
 	}
-	args := pgx.NamedArgs{"webhook_ids": ids, "tenant_id": tenantID, "since": c.now().Add(-24 * time.Hour)}
+	args := pgx.NamedArgs{"webhook_ids": ids, "tenant_id": tenantID}
 	rows, err := c.db.Query(ctx, lastAttemptsSQL, args)
 	if err != nil {
 		return nil, fmt.Errorf("last attempts: %w", err)

@@ -41,8 +41,8 @@ const (
 	statsDay  = 24 * time.Hour
 )
 
-// AllTenants is the scope of the rollups that count every tenant together.
-var AllTenants = uuid.Nil
+// allTenants is the scope of the rollups that count every tenant together.
+var allTenants = uuid.Nil
 
 // Stats read the rollups (delivery_rollups, attempt_rollups and
 // dead_letter_rollups, kept by triggers as deliveries and attempts are
@@ -71,7 +71,7 @@ WHERE hourly = false AND at = '-infinity' AND (@tenant_id::uuid IS NULL OR tenan
 func (r *Reader) Stats(ctx context.Context, tenantID *uuid.UUID, now time.Time) (Stats, error) {
 	s := Stats{TenantID: tenantID, GeneratedAt: now.UTC(),
 		LastHour: newStatsWindow(statsHour), LastDay: newStatsWindow(statsDay)}
-	scope := AllTenants
+	scope := allTenants
 	if tenantID != nil {
 		scope = *tenantID
 	}
