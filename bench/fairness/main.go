@@ -47,6 +47,13 @@
 //
 //	go run ./bench/fairness -scenarios solo,a,b,c,d -duration 15s -quiet-rate 100 -drain 30s -tenants 10000
 //
+// -workers N runs N worker processes instead of one: each keeps the fair
+// share for the work it holds (docs/SCHEDULING.md), and c with two checks
+// that this holds across a fleet (the table's worker RSS is then the
+// largest):
+//
+//	go run ./bench/fairness -scenarios solo,c -workers 2
+//
 // The table is printed; -record FILE also appends it to FILE (none by
 // default: docs/BENCHMARKS.md states the current figures, git keeps the runs);
 // -src DIR measures another source tree (for example a "git archive" of an
@@ -93,6 +100,7 @@ func run(ctx context.Context) error {
 	src := flag.String("src", ".", "build the binaries from the module in this directory (default: the working tree here)")
 	logDir := flag.String("logs", "", "keep the processes' output in this directory (default: removed with the system)")
 	record := flag.String("record", "", "also append the table, with the machine, date and command, to this file (default: print only)")
+	workers := flag.Int("workers", 1, "worker processes (the fair share is kept by each worker: two check it holds across a fleet)")
 	flag.Parse()
 	chosen, err := choose(*names)
 	if err != nil {
@@ -101,7 +109,10 @@ func run(ctx context.Context) error {
 	if *duration <= 0 || *duration > time.Hour || *drainFor < 0 || *drainFor > time.Hour || *quietRate <= 0 || *quietRate > 10_000 {
 		return fmt.Errorf("want 0 < -duration <= 1h, 0 <= -drain <= 1h, 0 < -quiet-rate <= 10000")
 	}
-	o := options{duration: *duration, drain: *drainFor, quietRate: *quietRate, tenants: *tenants, logDir: *logDir, idleWait: *idleWait}
+	if *workers < 1 || *workers > 8 {
+		return fmt.Errorf("want 1 <= -workers <= 8")
+	}
+	o := options{duration: *duration, drain: *drainFor, quietRate: *quietRate, tenants: *tenants, logDir: *logDir, idleWait: *idleWait, workers: *workers}
 	if *tenants < 2 || *tenants > maxTenants || o.publishFor(scenario{many: true}) > time.Hour {
 		return fmt.Errorf("want 2 <= -tenants <= %d, and -tenants / -quiet-rate <= 1h", maxTenants)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hookline/hookline/bench/internal/deploy"
@@ -27,6 +28,7 @@ type options struct {
 	bin             deploy.Binaries
 	logDir          string
 	idleWait        time.Duration // wait at most this long for a quiet machine before publishing
+	workers         int           // worker processes
 	// republishesKnown: the worker registers the re-publish counter, so
 	// its absence from a scrape means none happened.
 	republishesKnown bool
@@ -52,14 +54,14 @@ type result struct {
 	drained                    time.Duration // from the end of publishing to the end of the drain
 	tenants                    int           // created for the scenario (not the warm-up one)
 	setup                      time.Duration // creating them and their webhooks
-	workerRSS, workerPeak      int64         // kB: the worker's VmRSS and VmHWM at the end of the drain
+	workerRSS, workerPeak      int64         // kB: the largest worker VmRSS and VmHWM at the end of the drain
 	many                       *manyResult   // e only
 }
 
 // runScenario starts a fresh system, runs sc on it and removes it again.
 func runScenario(ctx context.Context, o options, sc scenario) (res result, err error) {
-	log.Printf("scenario %s: starting api, worker and dlq", sc.name)
-	sys, err := deploy.Start(ctx, deploy.Options{Binaries: o.bin, Name: "fairness", LogDir: o.logDir})
+	log.Printf("scenario %s: starting api, %d worker(s) and dlq", sc.name, o.workers)
+	sys, err := deploy.Start(ctx, deploy.Options{Binaries: o.bin, Name: "fairness", LogDir: o.logDir, Workers: o.workers})
 	if err != nil {
 		return result{}, err
 	}
@@ -88,7 +90,7 @@ func runScenario(ctx context.Context, o options, sc scenario) (res result, err e
 // measure publishes, drains and reads every measure of the scenario.
 func measure(ctx context.Context, o options, sc scenario, sys *deploy.System, s *setup) (result, error) {
 	var pids []int
-	for _, name := range deploy.Processes {
+	for _, name := range sys.Names() {
 		pids = append(pids, sys.Pid(name))
 	}
 	busy, quiet, err := waitQuiet(ctx, quietBusy, o.idleWait)
@@ -113,16 +115,30 @@ func measure(ctx context.Context, o options, sc scenario, sys *deploy.System, s 
 		return result{}, err
 	}
 	res := collect(sc, s)
-	if res.workerRSS, res.workerPeak, err = residentKB(sys.Pid("worker")); err != nil {
-		return result{}, err
+	for _, name := range sys.Names() {
+		if !strings.HasPrefix(name, "worker") {
+			continue
+		}
+		rss, peak, err := residentKB(sys.Pid(name))
+		if err != nil {
+			return result{}, err
+		}
+		res.workerRSS, res.workerPeak = max(res.workerRSS, rss), max(res.workerPeak, peak)
 	}
 	res.drained = after.at.Sub(published)
 	res.cpu = cpuSample{busy: after.busy - before.busy, hookline: after.hookline - before.hookline}
 	res.window = after.at.Sub(before.at)
 	res.othersTicks = othersTicks(before.procs, after.procs, pids, sys.DBName)
 	res.busyBefore, res.quietBefore = busy, quiet
-	if res.metrics, err = scrape(ctx, sys.WorkerMetricsURL, metricRepublishes, metricDeliveries, metricPostponed); err != nil {
-		return result{}, err
+	res.metrics = map[string]float64{}
+	for _, url := range sys.WorkerMetricsURLs {
+		m, err := scrape(ctx, url, metricRepublishes, metricDeliveries, metricPostponed)
+		if err != nil {
+			return result{}, err
+		}
+		for k, v := range m {
+			res.metrics[k] += v
+		}
 	}
 	if res.stats, err = deliveryStats(ctx, sys.DBURL, s.groupOf); err != nil {
 		return result{}, err

@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hookline/hookline/bench/internal/report"
@@ -65,14 +67,29 @@ type Options struct {
 	// Default "": the output goes to a temporary directory removed by Close
 	// (LogTail still reads it until then).
 	LogDir string
+	// APIs and Workers are how many api and worker processes to run.
+	// Default 1 each. The first of each is named "api" and "worker", the
+	// others "api-2", "worker-2" and so on.
+	APIs, Workers int
+	// AMQPURL, when set, is given to every process as it is (a cluster's
+	// list of node URLs, say), and no vhost is made for the system: the
+	// broker is the caller's, and its default vhost is the system's own.
+	AMQPURL string
+	// Env is more environment for every process (REDIS_MODE, REDIS_URL,
+	// AMQP_SHARDS, ...); it overrides the defaults Start sets.
+	Env []string
 }
 
 // System is a running api, worker and dlq.
 type System struct {
-	// APIURL is the api's base URL, http://127.0.0.1:port.
-	APIURL string
-	// WorkerMetricsURL is the worker's Prometheus endpoint.
-	WorkerMetricsURL string
+	// APIURL is the first api's base URL, http://127.0.0.1:port, and
+	// APIURLs every api's, in order.
+	APIURL  string
+	APIURLs []string
+	// WorkerMetricsURL is the first worker's Prometheus endpoint, and
+	// WorkerMetricsURLs every worker's, in order.
+	WorkerMetricsURL  string
+	WorkerMetricsURLs []string
 	// DBURL is the system's own database, named DBName.
 	DBURL, DBName string
 	// AdminToken authorises POST /v1/tenants.
@@ -82,15 +99,40 @@ type System struct {
 	AMQPURL string
 
 	procs   map[string]*process
+	names   []string
 	cleanup []func() error
 }
 
-// Processes are the names of the processes Start runs, in start order.
+// Processes are the names of the processes Start runs by default, in
+// start order; System.Names gives those of a system started with more.
 var Processes = []string{"api", "worker", "dlq"}
 
-// Start creates a database, a vhost and a key prefix, and starts the api
-// (which migrates the database), then one worker and one dlq, and waits
-// until each answers /readyz. On error everything made so far is removed.
+// processNames returns the names of apis api processes, workers worker
+// processes and one dlq, in start order.
+func processNames(apis, workers int) []string {
+	var names []string
+	for _, kind := range []struct {
+		name string
+		n    int
+	}{{"api", apis}, {"worker", workers}, {"dlq", 1}} {
+		for i := range max(kind.n, 1) {
+			if i == 0 {
+				names = append(names, kind.name)
+			} else {
+				names = append(names, fmt.Sprintf("%s-%d", kind.name, i+1))
+			}
+		}
+	}
+	return names
+}
+
+// Names returns the names of the system's processes, in start order.
+func (s *System) Names() []string { return slices.Clone(s.names) }
+
+// Start creates a database, a vhost and a key prefix, and starts the
+// first api (which migrates the database), then the other apis, the
+// workers and the dlq, and waits until each answers /readyz. On error
+// everything made so far is removed.
 func Start(ctx context.Context, o Options) (s *System, err error) {
 	if o.Name == "" {
 		o.Name = "bench"
@@ -103,7 +145,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 			s = nil
 		}
 	}()
-	if err := s.prepare(ctx, id); err != nil {
+	if err := s.prepare(ctx, id, o.AMQPURL); err != nil {
 		return nil, err
 	}
 	logDir := o.LogDir
@@ -121,8 +163,9 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 		return nil, err
 	}
 	s.onClose(func() error { return os.RemoveAll(workDir) })
-	env := s.environment(id)
-	for _, name := range Processes {
+	env := append(s.environment(id), o.Env...)
+	s.names = processNames(o.APIs, o.Workers)
+	for _, name := range s.names {
 		p, err := s.startProcess(ctx, o.Binaries, name, env, workDir, filepath.Join(logDir, id+"-"+name+".log"))
 		if err != nil {
 			return nil, err
@@ -133,7 +176,7 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 			}
 		}
 	}
-	for _, name := range Processes[1:] {
+	for _, name := range s.names[1:] {
 		if err := s.procs[name].waitReady(ctx, s.procs[name].readyURL, time.Minute); err != nil {
 			return nil, err
 		}
@@ -141,9 +184,10 @@ func Start(ctx context.Context, o Options) (s *System, err error) {
 	return s, nil
 }
 
-// prepare makes the database, the vhost and the Redis clean-up, each
-// registered for removal as soon as it exists.
-func (s *System) prepare(ctx context.Context, id string) error {
+// prepare makes the database, the vhost (unless the caller gave its own
+// broker URL) and the Redis clean-up, each registered for removal as soon
+// as it exists.
+func (s *System) prepare(ctx context.Context, id, brokerURL string) error {
 	roles, err := missingRoles(ctx)
 	if err != nil {
 		return err
@@ -156,13 +200,17 @@ func (s *System) prepare(ctx context.Context, id string) error {
 		return err
 	}
 	s.DBURL, s.DBName = dbURL, "hookline_"+id
-	s.AMQPURL = amqpURL(vhostName(id))
 	s.onClose(func() error { return dropDatabase("hookline_" + id) })
+	s.onClose(func() error { return deleteRedisKeys(redisPrefix(id)) })
+	if brokerURL != "" {
+		s.AMQPURL = brokerURL
+		return nil
+	}
+	s.AMQPURL = amqpURL(vhostName(id))
 	if err := createVhost(ctx, vhostName(id)); err != nil {
 		return err
 	}
 	s.onClose(func() error { return deleteVhost(vhostName(id)) })
-	s.onClose(func() error { return deleteRedisKeys(redisPrefix(id)) })
 	return nil
 }
 
@@ -177,7 +225,7 @@ func (s *System) environment(id string) []string {
 		"DATABASE_URL=" + s.DBURL,
 		"REDIS_URL=" + redisURL,
 		"REDIS_PREFIX=" + redisPrefix(id),
-		"AMQP_URL=" + amqpURL(vhostName(id)),
+		"AMQP_URL=" + s.AMQPURL,
 		"ADMIN_TOKEN=" + s.AdminToken,
 		"ALLOW_PRIVATE_NETWORKS=true",
 	}
@@ -200,17 +248,20 @@ func (s *System) startProcess(ctx context.Context, bin Binaries, name string, en
 	s.procs[name] = p
 	s.onClose(p.stop)
 	p.readyURL = "http://" + metricsAddr + "/readyz"
-	switch name {
+	switch kind, _, _ := strings.Cut(name, "-"); kind {
 	case "api":
-		s.APIURL = "http://" + apiAddr
-		p.readyURL = s.APIURL + "/readyz"
+		s.APIURLs = append(s.APIURLs, "http://"+apiAddr)
+		s.APIURL = s.APIURLs[0]
+		p.readyURL = "http://" + apiAddr + "/readyz"
 	case "worker":
-		s.WorkerMetricsURL = "http://" + metricsAddr + "/metrics"
+		s.WorkerMetricsURLs = append(s.WorkerMetricsURLs, "http://"+metricsAddr+"/metrics")
+		s.WorkerMetricsURL = s.WorkerMetricsURLs[0]
 	}
 	return p, nil
 }
 
-// Pid returns the process id of "api", "worker" or "dlq" (0 if not running).
+// Pid returns the process id of the named process, "api", "worker",
+// "dlq", "api-2" and so on (0 if there is none).
 func (s *System) Pid(name string) int {
 	if p := s.procs[name]; p != nil {
 		return p.cmd.Process.Pid
@@ -218,8 +269,8 @@ func (s *System) Pid(name string) int {
 	return 0
 }
 
-// Kill sends SIGKILL to the named process ("api", "worker" or "dlq"), as
-// a crash would, and waits for it to exit.
+// Kill sends SIGKILL to the named process (see Names), as a crash would,
+// and waits for it to exit.
 func (s *System) Kill(name string) error {
 	p := s.procs[name]
 	if p == nil {
