@@ -1,0 +1,217 @@
+// Package seqload publishes numbered events to hookline at a fixed rate
+// and receives them, for the load programs that count what a failure
+// costs (bench/crash, bench/cluster): every event carries its sequence
+// number, so that the receiver can tell which accepted events never
+// arrived and which arrived more than once.
+package seqload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Receiver is a webhook endpoint answering 200 to everything; it records
+// the first arrival of each sequence number and counts the arrivals after
+// it.
+type Receiver struct {
+	mu         sync.Mutex
+	first      map[int64]time.Time
+	arrivals   []time.Time // every arrival, in order
+	duplicates int64
+	last       atomic.Int64 // unix ns of the latest first arrival
+}
+
+// NewReceiver returns an empty Receiver.
+func NewReceiver() *Receiver { return &Receiver{first: map[int64]time.Time{}} }
+
+// ServeHTTP records one arrival.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	now := time.Now()
+	var env struct {
+		Data struct {
+			Seq int64 `json:"seq"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err == nil {
+		r.mu.Lock()
+		r.arrivals = append(r.arrivals, now)
+		if _, seen := r.first[env.Data.Seq]; seen {
+			r.duplicates++
+		} else {
+			r.first[env.Data.Seq] = now
+			r.last.Store(now.UnixNano())
+		}
+		r.mu.Unlock()
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Drain waits until every accepted event has arrived, or none has for a
+// minute, then 15 s more: a redelivery (a relay's resend, or a message
+// given back after a node's loss) can come seconds after the first
+// arrival.
+func (r *Receiver) Drain(ctx context.Context, accepted map[int64]bool) {
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		missing := 0
+		for seq := range accepted {
+			if _, ok := r.first[seq]; !ok {
+				missing++
+			}
+		}
+		r.mu.Unlock()
+		if missing == 0 || time.Since(time.Unix(0, r.last.Load())) > time.Minute {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(15 * time.Second):
+	}
+}
+
+// Arrivals returns when each sequence number first arrived, and every
+// arrival's time, in order.
+func (r *Receiver) Arrivals() (first map[int64]time.Time, all []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.first), slices.Clone(r.arrivals)
+}
+
+// Duplicates returns how many arrivals repeated an earlier one.
+func (r *Receiver) Duplicates() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.duplicates
+}
+
+// Published is what the apis answered.
+type Published struct {
+	Accepted map[int64]bool // 202: the event is hookline's to deliver
+	Refused  int64          // no connection, or an answer other than 202
+	Unknown  int64          // sent, but the connection broke before an answer
+	Interval time.Duration  // between scheduled publishes
+	Total    int64          // published
+}
+
+// Scheduled returns when event seq was due to be published.
+func (p Published) Scheduled(start time.Time, seq int64) time.Time {
+	return start.Add(time.Duration(seq) * p.Interval)
+}
+
+// Publish publishes rate events/s for duration, event seq at its
+// scheduled time through apis[seq % len(apis)], from 256 keep-alive
+// clients; a publish that cannot start at its time waits for a free
+// client, and its latency still counts from its scheduled time.
+func Publish(ctx context.Context, client *http.Client, apis []string, key, eventType string, rate int, duration time.Duration, start time.Time) Published {
+	res := Published{Accepted: map[int64]bool{}, Interval: time.Second / time.Duration(rate)}
+	var mu sync.Mutex
+	jobs := make(chan int64, rate)
+	var wg sync.WaitGroup
+	for range 256 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := range jobs {
+				verdict := publishOne(ctx, client, apis[seq%int64(len(apis))], key, eventType, seq)
+				mu.Lock()
+				switch verdict {
+				case "accepted":
+					res.Accepted[seq] = true
+				case "unknown":
+					res.Unknown++
+				default:
+					res.Refused++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var seq int64
+	for ; time.Since(start) < duration && ctx.Err() == nil; seq++ {
+		time.Sleep(time.Until(res.Scheduled(start, seq)))
+		jobs <- seq
+	}
+	close(jobs)
+	wg.Wait()
+	res.Total = seq
+	return res
+}
+
+// Provision creates a tenant named name, with limits that never bind, and
+// its webhook at url for every event type, through the api at apiURL with
+// the admin token, and returns the tenant's API key.
+func Provision(ctx context.Context, client *http.Client, apiURL, adminToken, name, url string) (string, error) {
+	var tenant struct {
+		APIKey string `json:"api_key"`
+	}
+	if err := post(ctx, client, apiURL+"/v1/tenants", adminToken, fmt.Sprintf(`{"name": %q,
+		"rate_limit": {"requests_per_minute": 10000000, "burst": 1000000},
+		"publish_rate_limit": {"requests_per_second": 1000000, "burst": 1000000}}`, name), &tenant); err != nil {
+		return "", err
+	}
+	hook := fmt.Sprintf(`{"url": %q, "events": ["*"], "rate_limit": {"requests_per_minute": 1000000, "burst": 100000}}`, url)
+	return tenant.APIKey, post(ctx, client, apiURL+"/v1/webhooks", tenant.APIKey, hook, nil)
+}
+
+// publishOne sends event seq, of about 1 KiB, and says what became of it:
+// accepted, refused or unknown.
+func publishOne(ctx context.Context, client *http.Client, apiURL, key, eventType string, seq int64) string {
+	body := fmt.Sprintf(`{"event_type": %q, "data": {"seq": %d, "pad": %q}}`, eventType, seq, strings.Repeat("x", 900))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, apiURL+"/v1/events", strings.NewReader(body))
+	if err != nil {
+		return "refused"
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Op == "dial" {
+			return "refused"
+		}
+		return "unknown"
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode == http.StatusAccepted {
+		return "accepted"
+	}
+	return "refused"
+}
+
+func post(ctx context.Context, client *http.Client, url, token, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("POST %s: %d %s", url, res.StatusCode, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
