@@ -17,7 +17,10 @@
 //     arrived (delivery resumed), and the longest time without any arrival
 //     from the kill on;
 //   - receipt latency from each event's scheduled publish time, for the
-//     events scheduled before the first kill, between the kills and after.
+//     events scheduled before the first kill, between the kills and after;
+//   - the CPU the apis, the workers, the dlq, the RabbitMQ nodes, the
+//     Redis nodes and Postgres used until the first kill, in cores and
+//     per delivery.
 //
 // It must run as root (the RabbitMQ nodes run as the rabbitmq user, with
 // its Erlang cookie), from the repository's root, and removes the nodes,
@@ -130,9 +133,27 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	groups := cpuGroups{"redis": rdb.Pids()}
+	if groups["rabbitmq"], err = mq.Pids(ctx); err != nil {
+		return err
+	}
+	for _, name := range sys.Names() {
+		kind, _, _ := strings.Cut(name, "-")
+		groups[kind] = append(groups[kind], sys.Pid(name))
+	}
 	report.FlushWrites()
 	log.Printf("publishing %d events/s for %s", o.rate, o.duration)
 	start := time.Now()
+	// CPU is measured until the first kill: the fleet whole.
+	cpuUntil := o.duration
+	for _, at := range []time.Duration{o.rabbitKillAt, o.redisKat} {
+		if at > 0 && at < cpuUntil {
+			cpuUntil = at
+		}
+	}
+	cpuBefore := groups.sample()
+	cpuAfter := make(chan cpuSample, 1)
+	time.AfterFunc(cpuUntil-100*time.Millisecond, func() { cpuAfter <- groups.sample() })
 	kills := make(chan []kill, 1)
 	go func() { kills <- killNodes(ctx, o, start, mq, rdb) }()
 	pub := seqload.Publish(ctx, client, sys.APIURLs, key, "bench.cluster", o.rate, o.duration, start)
@@ -144,7 +165,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	log.Print("waiting for every accepted event")
 	rc.Drain(ctx, pub.Accepted)
-	return emit(o, pub, rc, done, start)
+	after := <-cpuAfter
+	_, all := rc.Arrivals()
+	return emit(o, pub, rc, done, start, cpuNote(cpuBefore, after, arrivedBetween(all, cpuBefore.at, after.at)))
 }
 
 // kill is one node killed during the run.

@@ -15,7 +15,7 @@ import (
 const resumeGoal = 10 * time.Second
 
 // emit prints the run's two tables: the events, and the kills.
-func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, start time.Time) error {
+func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, start time.Time, cpu string) error {
 	first, all := rc.Arrivals()
 	lost := 0
 	for seq := range pub.Accepted {
@@ -64,6 +64,7 @@ func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, 
 		Notes: []string{
 			setup,
 			fmt.Sprintf("Published %d, accepted (202) %d, refused %d, no answer %d; **lost %d** (accepted, never received; goal 0: %s); **duplicates %d** (arrivals of an event already received).", pub.Total, len(pub.Accepted), pub.Refused, pub.Unknown, lost, verdict, rc.Duplicates()),
+			cpu,
 			"Receipt latency from each event's scheduled publish time, by when it was scheduled.",
 		},
 		Header: []string{"events scheduled", "seconds", "accepted", "received", "p50", "p99", "max"},

@@ -184,6 +184,22 @@ func (c *RabbitMQ) Kill(ctx context.Context, node string) error {
 	return nil
 }
 
+// Pids returns the process ids of the running nodes' Erlang VMs.
+func (c *RabbitMQ) Pids(ctx context.Context) ([]int, error) {
+	var pids []int
+	for _, node := range c.Nodes {
+		if c.down[node] {
+			continue
+		}
+		pid, err := c.pid(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
 func (c *RabbitMQ) pid(ctx context.Context, node string) (int, error) {
 	out, err := ctlOutput(ctx, 30*time.Second, "-n", node, "eval", "list_to_integer(os:getpid()).")
 	if err != nil {

@@ -111,6 +111,17 @@ func (c *Redis) Masters(ctx context.Context) (map[string]int, error) {
 	return nil, errors.New("no node answers")
 }
 
+// Pids returns the process ids of the running nodes.
+func (c *Redis) Pids() []int {
+	var pids []int
+	for _, p := range c.procs {
+		if p != nil {
+			pids = append(pids, p.Process.Pid)
+		}
+	}
+	return pids
+}
+
 // Kill sends SIGKILL to the node at addr and leaves it down.
 func (c *Redis) Kill(addr string) error {
 	p := c.procs[addr]
