@@ -89,7 +89,7 @@ type System struct {
 	Topology queue.Topology
 	// Redis is a client of the api's Redis; every key of the system is
 	// under RedisPrefix.
-	Redis       *redis.Client
+	Redis       redis.UniversalClient
 	RedisPrefix string
 	// Stack is the api as httpapi.NewStack built it: its publisher, its
 	// outbox and its server's stores.
@@ -182,7 +182,7 @@ func asRole(t testing.TB, dbURL, role string) string {
 	return u.String()
 }
 
-func redisClient(t testing.TB, addr string) *redis.Client {
+func redisClient(t testing.TB, addr string) redis.UniversalClient {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
