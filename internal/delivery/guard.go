@@ -543,10 +543,10 @@ func breakerConfig(j job) breaker.Config { return j.Breaker.Breaker() }
 func bucketsOf(t wire.Task, j job) []ratelimit.Bucket {
 	var out []ratelimit.Bucket
 	if l := j.RateLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
-		out = append(out, ratelimit.Bucket{Key: "webhook:" + t.WebhookID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
+		out = append(out, ratelimit.Bucket{Key: ratelimit.WebhookKey(t.TenantID.String(), t.WebhookID.String()), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
 	}
 	if l := j.TenantLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
-		out = append(out, ratelimit.Bucket{Key: "tenant:" + t.TenantID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
+		out = append(out, ratelimit.Bucket{Key: ratelimit.TenantKey(t.TenantID.String()), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
 	}
 	return out
 }
