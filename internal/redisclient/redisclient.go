@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,6 +40,14 @@ const (
 	// Redis Sentinel.
 	Sentinel = "sentinel"
 )
+
+// clusterReloadInterval is how often a cluster client reads the cluster's
+// slot map while it sends commands. go-redis reads it again at once on a
+// MOVED or ASK reply, but a master that died answers nothing: its slots'
+// commands fail until the next read finds the replica that took over, so
+// the interval bounds how long a failover lasts for the client after the
+// cluster has completed it (go-redis's default is a minute).
+const clusterReloadInterval = 2 * time.Second
 
 // ErrInvalid is returned (wrapped) for a mode and URL that cannot name a
 // Redis deployment.
@@ -130,6 +139,7 @@ func parseCluster(u *url.URL, q url.Values) (options, error) {
 	if err != nil {
 		return options{}, fmt.Errorf("%w: url: %v", ErrInvalid, err)
 	}
+	o.ClusterStateReloadInterval = clusterReloadInterval
 	return options{cluster: o}, nil
 }
 

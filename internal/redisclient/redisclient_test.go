@@ -104,6 +104,7 @@ func TestNewReturnsTheClientOfTheMode(t *testing.T) {
 			cl, ok := c.(*redis.ClusterClient)
 			require.True(t, ok, "%T", c)
 			require.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2"}, cl.Options().Addrs)
+			require.Equal(t, clusterReloadInterval, cl.Options().ClusterStateReloadInterval)
 		}},
 		{Sentinel, "redis://127.0.0.1:1?master_name=m", func(t *testing.T, c redis.UniversalClient) {
 			cl, ok := c.(*redis.Client)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hookline/hookline/internal/redisclient"
 )
 
 // Mode is a kind of Redis deployment the tests run against.
@@ -107,7 +109,10 @@ func Client(t testing.TB, mode Mode) redis.UniversalClient {
 		if err := clusterUp(); err != nil {
 			unavailable(t, fmt.Sprintf("the test Redis Cluster (%s) is not running: %v", strings.Join(ClusterAddrs(), ", "), err))
 		}
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: ClusterAddrs()})
+		var err error
+		if rdb, err = redisclient.New(redisclient.Cluster, ClusterURL()); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
 	default:
 		t.Fatalf("redistest: unknown mode %q", mode)
 	}
