@@ -39,7 +39,8 @@ func newServers(t testing.TB) *Servers {
 	return s
 }
 
-// start runs redis-server on port (in a directory of its own) with args.
+// start runs redis-server on port (in a directory of its own) with args,
+// the first of which may be a configuration file.
 func (s *Servers) start(port int, args ...string) {
 	s.t.Helper()
 	if c, err := net.DialTimeout("tcp", addr(port), 100*time.Millisecond); err == nil {
@@ -47,7 +48,11 @@ func (s *Servers) start(port int, args ...string) {
 		s.t.Fatalf("port %d is taken: the test starts its own Redis there", port)
 	}
 	dir := s.t.TempDir()
-	args = append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir}, args...)
+	var conf []string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "--") {
+		conf, args = args[:1], args[1:]
+	}
+	args = append(append(conf, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir), args...)
 	cmd := exec.Command("redis-server", args...)
 	require.NoError(s.t, cmd.Start())
 	s.procs[port] = cmd
