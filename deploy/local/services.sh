@@ -6,7 +6,7 @@
 # Programs that are missing are installed from Debian's packages, all in
 # one apt-get install, when this is Debian and we are root; anywhere else
 # the script prints the command to run and stops. With --test it also
-# starts a local Redis Cluster and a Sentinel setup (ports below) and
+# starts a local Redis Cluster (ports below) and
 # brings what the tests need besides the services: gcc (the race
 # detector), Chromium (the browser tests of the console and of the API
 # reference at /docs) and promtool (the alert rule checks); the last two
@@ -120,11 +120,10 @@ fi
 wait_for Redis 30 redis_up
 
 # For the tests only: a Redis Cluster of three masters and three replicas
-# on ports 7000-7005, and a primary (7100) with a replica (7101) watched by
-# three sentinels (26379-26381) as "mymaster". No persistence; each node's
-# files (the cluster's node table, a sentinel's config) live in its own
-# directory under /var/lib/redis-cluster or /var/lib/redis-sentinel and
-# are made anew whenever its process is not running.
+# on ports 7000-7005 (internal/redistest). No persistence; each node's
+# node table lives in its own directory under /var/lib/redis-cluster, made
+# anew whenever its process is not running. The tests that kill a node or
+# fail a primary over start their own clusters and Sentinel setups.
 cluster_ports=(7000 7001 7002 7003 7004 7005)
 redis_node() { # port, dir, extra redis-server arguments...
   local port=$1 dir=$2; shift 2
@@ -152,32 +151,7 @@ start_cluster() {
   fi
   wait_for "Redis Cluster" 60 cluster_ok
 }
-sentinel_ok() { redis-cli -p 26379 sentinel get-master-addr-by-name mymaster | grep -q 127.0.0.1; }
-start_sentinel() {
-  local port
-  if ! port_open 7100; then
-    log "starting the Sentinel primary 7100"
-    redis_node 7100 /var/lib/redis-sentinel/7100
-  fi
-  if ! port_open 7101; then
-    log "starting the Sentinel replica 7101"
-    redis_node 7101 /var/lib/redis-sentinel/7101 --replicaof 127.0.0.1 7100
-  fi
-  for port in 26379 26380 26381; do
-    port_open "$port" && continue
-    log "starting sentinel $port"
-    mkdir -p "/var/lib/redis-sentinel/$port"
-    printf 'sentinel monitor mymaster 127.0.0.1 7100 2\nsentinel down-after-milliseconds mymaster 5000\nsentinel failover-timeout mymaster 10000\n' \
-      >"/var/lib/redis-sentinel/$port/sentinel.conf"
-    redis-server "/var/lib/redis-sentinel/$port/sentinel.conf" --sentinel --daemonize yes --bind 127.0.0.1 --port "$port" \
-      --dir "/var/lib/redis-sentinel/$port" --logfile "/var/lib/redis-sentinel/$port/sentinel.log"
-  done
-  wait_for "Redis Sentinel" 30 sentinel_ok
-}
-if [ "$for_tests" = 1 ]; then
-  start_cluster
-  start_sentinel
-fi
+if [ "$for_tests" = 1 ]; then start_cluster; fi
 
 rabbit_up() { port_open 5672; }
 if ! port_open 5672; then
