@@ -58,9 +58,12 @@ type Options struct {
 	// own database role (hookline_api, hookline_worker, hookline_dlq), as
 	// a deployment with per-process database URLs does.
 	Roles bool
-	// WorkerRedis is the Redis address of the worker's circuit breakers
-	// and token buckets, such as a proxy the test cuts; default the
-	// api's.
+	// RedisMode is the test Redis every part uses (redistest.Client):
+	// the single server (the zero value) or the local Redis Cluster.
+	RedisMode redistest.Mode
+	// WorkerRedis is the address of a single Redis server for the
+	// worker's circuit breakers and token buckets, such as a proxy the
+	// test cuts; default the api's.
 	WorkerRedis string
 	// Log receives every part's logs; discarded when nil.
 	Log *slog.Logger
@@ -104,7 +107,11 @@ func Start(t testing.TB, o Options) *System {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &System{t: t, Topology: queuetest.NewTopology(t), Redis: redisClient(t, redistest.Addr()), RedisPrefix: redistest.Prefix(t)}
+	if o.RedisMode == "" {
+		o.RedisMode = redistest.Single
+	}
+	s := &System{t: t, Topology: queuetest.NewTopology(t), Redis: redistest.Client(t, o.RedisMode)}
+	s.RedisPrefix = redistest.PrefixOn(t, s.Redis)
 	s.openPools(o.Roles)
 	conn := queue.NewConn(queuetest.URL(), o.Log)
 	s.buildAPI(conn, o.Log)
