@@ -116,7 +116,7 @@ func (c *LocalCluster) replicating() bool {
 		rdb := redis.NewClient(&redis.Options{Addr: addr(port), MaxRetries: -1})
 		info, err := rdb.Info(context.Background(), "replication").Result()
 		_ = rdb.Close()
-		if err != nil || !(strings.Contains(info, "connected_slaves:1") || strings.Contains(info, "master_link_status:up")) {
+		if err != nil || (!strings.Contains(info, "connected_slaves:1") && !strings.Contains(info, "master_link_status:up")) {
 			return false
 		}
 	}
