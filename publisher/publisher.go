@@ -23,6 +23,7 @@ import (
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/outbox"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/redisclient"
 	"github.com/hookline/hookline/internal/supervisor"
 	"github.com/hookline/hookline/internal/tracing"
 )
@@ -36,8 +37,12 @@ type Config struct {
 	AMQPURL string
 	// AMQPPrefix is the deployment's queue prefix. Default "hookline".
 	AMQPPrefix string
-	// RedisURL enables the idempotency fast path (optional).
+	// RedisURL enables the idempotency fast path (optional), in the form
+	// of RedisMode (the deployment's redis.url).
 	RedisURL string
+	// RedisMode is the deployment's redis.mode: "single" (the default),
+	// "cluster" or "sentinel".
+	RedisMode string
 	// RedisPrefix is the deployment's Redis key prefix. Default "hookline:".
 	RedisPrefix string
 	// Logger receives warnings (broker outages). Default: discarded.
@@ -88,7 +93,7 @@ type InvalidError = fielderr.Error
 // Publisher publishes events. It is safe for concurrent use.
 type Publisher struct {
 	pool   *pgxpool.Pool
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	events *event.Service
 	parts  *supervisor.Group
 }
@@ -116,12 +121,12 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{pool: pool}
 	if cfg.RedisURL != "" {
-		opts, err := redis.ParseURL(cfg.RedisURL)
+		rdb, err := redisclient.New(cfg.RedisMode, cfg.RedisURL)
 		if err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("publisher: redis url: %w", err)
+			return nil, fmt.Errorf("publisher: %w", err)
 		}
-		p.rdb = redis.NewClient(opts)
+		p.rdb = rdb
 	}
 	conn := queue.NewConn(cfg.AMQPURL, cfg.Logger)
 	pub := queue.NewPublisher(conn, queue.Topology{Prefix: cfg.AMQPPrefix}, 2)

@@ -6,6 +6,7 @@
 # Programs that are missing are installed from Debian's packages, all in
 # one apt-get install, when this is Debian and we are root; anywhere else
 # the script prints the command to run and stops. With --test it also
+# starts a local Redis Cluster (ports below) and
 # brings what the tests need besides the services: gcc (the race
 # detector), Chromium (the browser tests of the console and of the API
 # reference at /docs) and promtool (the alert rule checks); the last two
@@ -117,6 +118,40 @@ if ! port_open 6379; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
 fi
 wait_for Redis 30 redis_up
+
+# For the tests only: a Redis Cluster of three masters and three replicas
+# on ports 7000-7005 (internal/redistest). No persistence; each node's
+# node table lives in its own directory under /var/lib/redis-cluster, made
+# anew whenever its process is not running. The tests that kill a node or
+# fail a primary over start their own clusters and Sentinel setups.
+cluster_ports=(7000 7001 7002 7003 7004 7005)
+redis_node() { # port, dir, extra redis-server arguments...
+  local port=$1 dir=$2; shift 2
+  rm -rf "$dir"; mkdir -p "$dir"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+    --dir "$dir" --logfile "$dir/redis.log" "$@"
+}
+cluster_ok() { redis-cli -p 7000 cluster info | grep -q '^cluster_state:ok'; }
+start_cluster() {
+  local port started=0
+  for port in "${cluster_ports[@]}"; do
+    port_open "$port" && continue
+    log "starting Redis Cluster node $port"
+    redis_node "$port" "/var/lib/redis-cluster/$port" --cluster-enabled yes \
+      --cluster-config-file "/var/lib/redis-cluster/$port/nodes.conf" --cluster-node-timeout 5000
+    started=1
+  done
+  for port in "${cluster_ports[@]}"; do wait_for "Redis node $port" 30 redis-cli -p "$port" ping; done
+  # Nodes started just now know no cluster: a cluster that lost some of
+  # its nodes is made anew with all six.
+  if [ "$started" = 1 ] && ! cluster_ok; then
+    for port in "${cluster_ports[@]}"; do redis-cli -p "$port" flushall >/dev/null; redis-cli -p "$port" cluster reset hard >/dev/null; done
+    log "creating the Redis Cluster on ports ${cluster_ports[*]}"
+    redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cluster_ports[@]}") --cluster-replicas 1 --cluster-yes >/dev/null
+  fi
+  wait_for "Redis Cluster" 60 cluster_ok
+}
+if [ "$for_tests" = 1 ]; then start_cluster; fi
 
 rabbit_up() { port_open 5672; }
 if ! port_open 5672; then

@@ -185,13 +185,13 @@ type Snapshot struct {
 // Breaker decides, for many workers at once, whether deliveries to a
 // webhook may go ahead. It is safe for concurrent use.
 type Breaker struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 }
 
 // New returns a Breaker keeping its circuits in rdb under keys that start
 // with prefix.
-func New(rdb *redis.Client, prefix string) *Breaker {
+func New(rdb redis.UniversalClient, prefix string) *Breaker {
 	return &Breaker{rdb: rdb, prefix: prefix}
 }
 
@@ -322,7 +322,7 @@ func (c *SuccessesCall) Err() error {
 func (b *Breaker) Pipeline() redis.Pipeliner { return b.rdb.Pipeline() }
 
 // Redis returns the breaker's Redis client.
-func (b *Breaker) Redis() *redis.Client { return b.rdb }
+func (b *Breaker) Redis() redis.UniversalClient { return b.rdb }
 
 // Record counts the outcome of a delivery attempted at now; probe says
 // whether Allow let it through as a probe.

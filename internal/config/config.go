@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/hookline/hookline/internal/redisclient"
 	"github.com/hookline/hookline/internal/secret"
 )
 
@@ -146,10 +147,19 @@ type Database struct {
 
 // Redis configures the Redis used for breakers, buckets and idempotency.
 type Redis struct {
-	// URL is a redis:// URL; its DB number is used (env REDIS_URL).
-	// Default redis://127.0.0.1:6379/0.
+	// Mode is single (one server), cluster (a Redis Cluster) or sentinel
+	// (a primary found through Redis Sentinel) (env REDIS_MODE). Default
+	// single.
+	Mode string `yaml:"mode"`
+	// URL is a redis:// URL in go-redis's form for Mode (env REDIS_URL):
+	// single, redis://host:port/db (its DB number is used); cluster,
+	// redis://host:port?addr=host2:port2&addr=... (any nodes of the
+	// cluster); sentinel, redis://sentinel:26379/db?master_name=name&addr=
+	// sentinel2:26379 (package redisclient has the details). Default
+	// redis://127.0.0.1:6379/0.
 	URL string `yaml:"url"`
-	// KeyPrefix is prepended to every key. Default "hookline:".
+	// KeyPrefix is prepended to every key; it may not hold "{" or "}",
+	// which would make it the hash tag of every key. Default "hookline:".
 	KeyPrefix string `yaml:"key_prefix"`
 }
 
@@ -284,7 +294,7 @@ func Default() Config {
 		Env:         "development",
 		LogLevel:    "info",
 		Database:    Database{URL: "postgres://postgres@127.0.0.1:5432/hookline?sslmode=disable", MaxConns: 32},
-		Redis:       Redis{URL: "redis://127.0.0.1:6379/0", KeyPrefix: "hookline:"},
+		Redis:       Redis{Mode: redisclient.Single, URL: "redis://127.0.0.1:6379/0", KeyPrefix: "hookline:"},
 		AMQP:        AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefix: "hookline"}, //nolint:gosec // RabbitMQ's local-only default user
 		MetricsAddr: "127.0.0.1:9091",
 		Worker: Worker{
@@ -378,6 +388,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	strs := map[string]*string{
 		"DATABASE_URL":   &c.Database.URL,
 		"REDIS_URL":      &c.Redis.URL,
+		"REDIS_MODE":     &c.Redis.Mode,
 		"AMQP_URL":       &c.AMQP.URL,
 		"API_ADDR":       &c.API.Addr,
 		"METRICS_ADDR":   &c.MetricsAddr,
@@ -440,7 +451,7 @@ func (c *Config) Validate() error {
 		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
 	}
 	checkURL(bad, "database.url (DATABASE_URL)", c.Database.URL, "postgres", "postgresql")
-	checkURL(bad, "redis.url (REDIS_URL)", c.Redis.URL, "redis", "rediss")
+	c.Redis.validate(bad)
 	checkURL(bad, "amqp.url (AMQP_URL)", c.AMQP.URL, "amqp", "amqps")
 	if c.Database.MaxConns < 2 || c.Database.MaxConns > 1000 {
 		bad("database.max_conns", "must be between 2 and 1000, got %d", c.Database.MaxConns)

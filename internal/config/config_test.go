@@ -54,6 +54,7 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.Equal(t, "info", got.LogLevel)
 	require.Equal(t, "postgres://postgres@127.0.0.1:5432/hookline?sslmode=disable", got.Database.URL)
 	require.EqualValues(t, 32, got.Database.MaxConns)
+	require.Equal(t, "single", got.Redis.Mode)
 	require.Equal(t, "redis://127.0.0.1:6379/0", got.Redis.URL)
 	require.Equal(t, "hookline:", got.Redis.KeyPrefix)
 	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", got.AMQP.URL)
@@ -96,7 +97,8 @@ database:
   url: postgresql://u:p@db.internal:6543/hl
   max_conns: 7
 redis:
-  url: rediss://cache.internal:6380/3
+  mode: cluster
+  url: rediss://cache.internal:6380?addr=cache2.internal:6380
   key_prefix: "x:"
 amqp:
   url: amqps://mq.internal:5671/vh
@@ -141,7 +143,7 @@ tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://
 		Env:           "production",
 		LogLevel:      "debug",
 		Database:      config.Database{URL: "postgresql://u:p@db.internal:6543/hl", MaxConns: 7},
-		Redis:         config.Redis{URL: "rediss://cache.internal:6380/3", KeyPrefix: "x:"},
+		Redis:         config.Redis{Mode: "cluster", URL: "rediss://cache.internal:6380?addr=cache2.internal:6380", KeyPrefix: "x:"},
 		AMQP:          config.AMQP{URL: "amqps://mq.internal:5671/vh", Prefix: "hx"},
 		MetricsAddr:   ":9999",
 		ShutdownGrace: config.Duration(90 * time.Second),
@@ -222,7 +224,7 @@ func TestLoadEnvOverridesFile(t *testing.T) {
 env: development
 log_level: warn
 database: {url: "postgres://file@127.0.0.1:1/f"}
-redis: {url: "redis://file:1/1", key_prefix: "file:"}
+redis: {mode: single, url: "redis://file:1/0", key_prefix: "file:"}
 amqp: {url: "amqp://file:1/", prefix: file}
 api: {addr: "127.0.0.1:1", admin_token: file-token-0123456789}
 metrics_addr: "127.0.0.1:2"
@@ -238,6 +240,7 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 	}{
 		{"database url", "DATABASE_URL", "postgres://env@db:5432/e", func(c config.Config) any { return c.Database.URL }, "postgres://env@db:5432/e"},
 		{"redis url", "REDIS_URL", "redis://env:6379/2", func(c config.Config) any { return c.Redis.URL }, "redis://env:6379/2"},
+		{"redis mode", "REDIS_MODE", "cluster", func(c config.Config) any { return c.Redis.Mode }, "cluster"},
 		{"amqp url", "AMQP_URL", "amqp://env:5672/v", func(c config.Config) any { return c.AMQP.URL }, "amqp://env:5672/v"},
 		{"api addr", "API_ADDR", ":8081", func(c config.Config) any { return c.API.Addr }, ":8081"},
 		{"metrics addr", "METRICS_ADDR", "0.0.0.0:9191", func(c config.Config) any { return c.MetricsAddr }, "0.0.0.0:9191"},
@@ -274,6 +277,8 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 				restore.Database.URL = base.Database.URL
 			case "REDIS_URL":
 				restore.Redis.URL = base.Redis.URL
+			case "REDIS_MODE":
+				restore.Redis.Mode = base.Redis.Mode
 			case "AMQP_URL":
 				restore.AMQP.URL = base.AMQP.URL
 			case "API_ADDR":
@@ -407,6 +412,28 @@ func TestValidate(t *testing.T) {
 		{"redis rediss scheme", func(c *config.Config) { c.Redis.URL = "rediss://h:6380/1" }, ""},
 		{"redis http scheme", func(c *config.Config) { c.Redis.URL = "http://h:6379/0" }, "redis.url (REDIS_URL)"},
 		{"redis empty", func(c *config.Config) { c.Redis.URL = "" }, "redis.url (REDIS_URL)"},
+		{"redis mode empty", func(c *config.Config) { c.Redis.Mode = "" }, "redis.mode (REDIS_MODE)"},
+		{"redis mode unknown", func(c *config.Config) { c.Redis.Mode = "ring" }, "redis.mode (REDIS_MODE)"},
+		{"redis single listing nodes", func(c *config.Config) { c.Redis.URL = "redis://h:7000?addr=h:7001" }, "redis.url (REDIS_URL)"},
+		{"redis cluster", func(c *config.Config) {
+			c.Redis.Mode, c.Redis.URL = "cluster", "redis://h:7000?addr=h:7001&addr=h:7002"
+		}, ""},
+		{"redis cluster of one seed", func(c *config.Config) { c.Redis.Mode, c.Redis.URL = "cluster", "rediss://u:p@h:7000" }, ""},
+		{"redis cluster database 1", func(c *config.Config) { c.Redis.Mode, c.Redis.URL = "cluster", "redis://h:7000/1" }, "redis.url (REDIS_URL)"},
+		{"redis cluster naming a master", func(c *config.Config) {
+			c.Redis.Mode, c.Redis.URL = "cluster", "redis://h:7000?master_name=m"
+		}, "redis.url (REDIS_URL)"},
+		{"redis sentinel", func(c *config.Config) {
+			c.Redis.Mode, c.Redis.URL = "sentinel", "redis://h:26379/2?master_name=m&addr=h:26380"
+		}, ""},
+		{"redis sentinel without master name", func(c *config.Config) {
+			c.Redis.Mode, c.Redis.URL = "sentinel", "redis://h:26379?addr=h:26380"
+		}, "redis.url (REDIS_URL)"},
+		{"redis sentinel unknown option", func(c *config.Config) {
+			c.Redis.Mode, c.Redis.URL = "sentinel", "redis://h:26379?master_name=m&primary=x"
+		}, "redis.url (REDIS_URL)"},
+		{"redis prefix with a brace", func(c *config.Config) { c.Redis.KeyPrefix = "{hl}:" }, "redis.key_prefix (REDIS_PREFIX)"},
+		{"redis prefix empty", func(c *config.Config) { c.Redis.KeyPrefix = "" }, ""},
 		{"amqps scheme", func(c *config.Config) { c.AMQP.URL = "amqps://h:5671/" }, ""},
 		{"amqp redis scheme", func(c *config.Config) { c.AMQP.URL = "redis://h:5672/" }, "amqp.url (AMQP_URL)"},
 		{"amqp no host", func(c *config.Config) { c.AMQP.URL = "amqp:///" }, "amqp.url (AMQP_URL)"},
@@ -570,4 +597,19 @@ func TestCommittedDevConfigLoads(t *testing.T) {
 	_, err = config.Load("../../config/hookline.yaml", env(map[string]string{"HOOKLINE_ENV": "production"}))
 	require.ErrorContains(t, err, "api.admin_token (ADMIN_TOKEN)")
 	require.ErrorContains(t, err, "security.secret_keys (SECRET_KEYS)")
+}
+
+func TestRedisErrorsSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct{ mode, url, want string }{
+		{"ring", "redis://h:6379/0", `config redis.mode (REDIS_MODE): must be single, cluster or sentinel, got "ring"`},
+		{"sentinel", "redis://h:26379", "config redis.url (REDIS_URL): mode sentinel needs master_name=<name> in the url's query: the name the sentinels know the primary by"},
+		{"cluster", "redis://h:7000/4", `config redis.url (REDIS_URL): url selects database "4", but a Redis Cluster has only database 0`},
+		{"single", "redis://h:7000?addr=h:7001", "config redis.url (REDIS_URL): url lists more nodes (addr=), which mode single does not use: is mode cluster or sentinel meant?"},
+	} {
+		c := valid()
+		c.Redis.Mode, c.Redis.URL = tc.mode, tc.url
+		require.EqualError(t, c.Validate(), tc.want)
+	}
 }

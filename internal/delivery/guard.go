@@ -47,10 +47,16 @@ type Guard struct {
 	counting  bool
 	// closed holds, by webhook, until when its circuit is taken as closed
 	// without asking Redis (see closedFor); swept is when expired entries
-	// were last removed.
-	closedMu sync.Mutex
-	closed   map[uuid.UUID]time.Time
-	swept    time.Time
+	// were last removed. asks numbers the questions to Redis about
+	// circuits, and notClosed holds, by webhook, the number drawn when an
+	// answer other than closed last arrived (see noteCircuit); entries
+	// drawn by the sweep before last (sweptAsk, the number then) are gone.
+	closedMu  sync.Mutex
+	closed    map[uuid.UUID]time.Time
+	swept     time.Time
+	asks      atomic.Uint64
+	notClosed map[uuid.UUID]uint64
+	sweptAsk  uint64
 }
 
 // A circuit this worker found closed (the breaker's answer to a check or
@@ -191,28 +197,53 @@ func (g *Guard) knownClosed(webhook uuid.UUID, now time.Time) bool {
 	return now.Before(g.closed[webhook])
 }
 
+// ask numbers a question to Redis about a circuit, drawn before it is
+// sent, for noteCircuit.
+func (g *Guard) ask() uint64 { return g.asks.Add(1) }
+
 // noteCircuit remembers the state of webhook's circuit the breaker
-// answered at now: closed is taken as closed until closedFor later; any
-// other state is asked again next time.
-func (g *Guard) noteCircuit(webhook uuid.UUID, state breaker.State, now time.Time) {
-	if state != breaker.Closed {
-		g.forgetCircuit(webhook)
-		return
-	}
+// answered at now to the question numbered asked: closed is taken as
+// closed until closedFor later; any other state is asked again next time.
+//
+// Answers arrive out of order (two pipelines in flight, or a cluster's
+// nodes answering a pipeline's parts separately): a closed answer to a
+// question sent before another answer said the circuit was open or
+// half-open may have been read before that change, and is not kept, lest
+// the worker take an open circuit as closed for closedFor.
+func (g *Guard) noteCircuit(webhook uuid.UUID, state breaker.State, now time.Time, asked uint64) {
 	g.closedMu.Lock()
 	defer g.closedMu.Unlock()
 	if g.closed == nil {
-		g.closed = map[uuid.UUID]time.Time{}
+		g.closed, g.notClosed = map[uuid.UUID]time.Time{}, map[uuid.UUID]uint64{}
 	}
 	if now.Sub(g.swept) > time.Minute {
-		for k, until := range g.closed {
-			if !now.Before(until) {
-				delete(g.closed, k)
-			}
-		}
-		g.swept = now
+		g.sweep(now)
+	}
+	if state != breaker.Closed {
+		delete(g.closed, webhook)
+		g.notClosed[webhook] = g.asks.Add(1)
+		return
+	}
+	if asked < g.notClosed[webhook] {
+		return
 	}
 	g.closed[webhook] = now.Add(closedFor)
+}
+
+// sweep removes the expired entries of closed, and those of notClosed
+// older than the previous sweep (no question is in flight that long).
+func (g *Guard) sweep(now time.Time) {
+	for k, until := range g.closed {
+		if !now.Before(until) {
+			delete(g.closed, k)
+		}
+	}
+	for k, n := range g.notClosed {
+		if n <= g.sweptAsk {
+			delete(g.notClosed, k)
+		}
+	}
+	g.swept, g.sweptAsk = now, g.asks.Load()
 }
 
 // forgetCircuit makes the next check of webhook's circuit ask Redis.
@@ -258,6 +289,7 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 		return admission{until: until, reason: schedule.CircuitOpen}
 	}
 	forcedClosed := overridden && forced == breaker.Closed
+	asked := g.ask()
 	// The breaker check and the slot reservation travel to Redis together,
 	// in one round trip, and neither is needed for most deliveries: slots
 	// come from the worker's lease on the buckets (ratelimit.ReserveLeased),
@@ -326,7 +358,7 @@ func (g *Guard) admit(ctx context.Context, t wire.Task, j job, now time.Time, re
 		default:
 			g.redisAnswered()
 			metrics.CircuitState.Set(t.WebhookID, circuitGauge(v.State), now)
-			g.noteCircuit(t.WebhookID, v.State, now)
+			g.noteCircuit(t.WebhookID, v.State, now, asked)
 			g.transition(ctx, t, j, tr, now)
 			if !v.Allowed {
 				cancel()
@@ -381,6 +413,7 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 	}
 	var rec *breaker.RecordCall
 	var err error
+	asked := g.ask()
 	g.pipeline(ctx, func(pipe redis.Pipeliner) {
 		rec, err = g.breaker.QueueRecord(ctx, pipe, t.WebhookID.String(), breakerConfig(j), now, healthy(res), probe)
 	})
@@ -394,7 +427,7 @@ func (g *Guard) observe(ctx context.Context, t wire.Task, j job, res Response, p
 		return
 	}
 	g.redisAnswered()
-	g.noteCircuit(t.WebhookID, state, now)
+	g.noteCircuit(t.WebhookID, state, now, asked)
 	metrics.CircuitState.Set(t.WebhookID, circuitGauge(state), now)
 	g.transition(ctx, t, j, tr, now)
 }
@@ -543,10 +576,10 @@ func breakerConfig(j job) breaker.Config { return j.Breaker.Breaker() }
 func bucketsOf(t wire.Task, j job) []ratelimit.Bucket {
 	var out []ratelimit.Bucket
 	if l := j.RateLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
-		out = append(out, ratelimit.Bucket{Key: "webhook:" + t.WebhookID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
+		out = append(out, ratelimit.Bucket{Key: ratelimit.WebhookKey(t.TenantID.String(), t.WebhookID.String()), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
 	}
 	if l := j.TenantLimit; l.RequestsPerMinute > 0 && l.Burst > 0 {
-		out = append(out, ratelimit.Bucket{Key: "tenant:" + t.TenantID.String(), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
+		out = append(out, ratelimit.Bucket{Key: ratelimit.TenantKey(t.TenantID.String()), Limit: ratelimit.Limit{PerMinute: l.RequestsPerMinute, Burst: l.Burst}})
 	}
 	return out
 }

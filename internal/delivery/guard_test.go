@@ -272,3 +272,29 @@ func TestGuardLearnsTheCircuitFromItsOwnFailures(t *testing.T) {
 	require.False(t, adm.allowed)
 	require.Equal(t, schedule.CircuitOpen, adm.reason)
 }
+
+// A closed answer that arrives after an open one, to a question sent
+// before the open answer arrived, may have been read before the circuit
+// opened: the guard keeps asking Redis. A closed answer to a later
+// question is kept.
+func TestAStaleClosedAnswerDoesNotHideAnOpenCircuit(t *testing.T) {
+	t.Parallel()
+	g := &Guard{}
+	hook := uuid.New()
+	now := time.Now()
+	early := g.ask()
+	g.noteCircuit(hook, breaker.Open, now, g.ask())
+	g.noteCircuit(hook, breaker.Closed, now, early)
+	require.False(t, g.knownClosed(hook, now), "a closed answer read before the opening is not kept")
+
+	g.noteCircuit(hook, breaker.Closed, now, g.ask())
+	require.True(t, g.knownClosed(hook, now), "a closed answer asked after the opening is kept")
+	g.noteCircuit(hook, breaker.HalfOpen, now, g.ask())
+	require.False(t, g.knownClosed(hook, now))
+
+	// Entries older than the sweep before last are dropped.
+	g.noteCircuit(hook, breaker.Open, now, g.ask())
+	g.sweep(now.Add(2 * time.Minute))
+	g.sweep(now.Add(4 * time.Minute))
+	require.NotContains(t, g.notClosed, hook)
+}

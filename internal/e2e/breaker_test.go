@@ -165,92 +165,94 @@ func transitions(name string) float64 {
 // the endpoint recovers a half-open probe closes the circuit and every
 // delivery succeeds, each attempt recorded once.
 func TestBreakerOpensPostponesAndRecovers(t *testing.T) {
-	t.Parallel()
-	s := newSystem(t)
-	ctx := context.Background()
-	var healthy atomic.Bool
-	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		if !healthy.Load() {
-			w.WriteHeader(http.StatusInternalServerError)
-		}
-	})
-	opened0, halfOpened0, closed0 := transitions("opened"), transitions("half_opened"), transitions("closed")
-	hook, _ := s.webhook(rc.URL, map[string]any{
-		"circuit_breaker_config": map[string]any{"enabled": true, "minimum_throughput": 5, "error_threshold_percentage": 60,
-			"window_size_ms": 60000, "sleep_window_ms": 2000, "half_open_max_calls": 2, "half_open_success_threshold": 50},
-		"retry_config": map[string]any{"max_attempts": 10, "base_delay_ms": 100, "max_delay_ms": 1000,
-			"backoff_multiplier": 2, "timeout_ms": 2000},
-		"rate_limit": map[string]any{"requests_per_minute": 100000, "burst": 1000},
-	})
-
-	var ids []uuid.UUID
-	for i := range 5 {
-		ids = append(ids, s.deliveryOf(s.publish("order.created", map[string]any{"n": i})))
-	}
-	var openedAt time.Time
-	var sleepMS int64
-	testwait.Eventually(t, 10*time.Second, func() bool {
-		return s.Pool.QueryRow(ctx, `SELECT opened_at, sleep_window_ms FROM circuit_breaker_states
-			WHERE webhook_id = $1 AND state = 'open'`, hook).Scan(&openedAt, &sleepMS) == nil
-	}, "circuit of %s to open", hook)
-	require.EqualValues(t, 2000, sleepMS)
-	cb := s.circuitOf(hook, s.key)
-	require.Equal(t, "open", cb["state"], "%v", cb)
-	require.Equal(t, "redis", cb["source"])
-	require.GreaterOrEqual(t, cb["window"].(map[string]any)["failures"].(float64), 5.0)
-
-	// Deliveries created while the circuit is open are postponed for the
-	// rest of the sleep window on their first attempt: no attempt.
-	var late []uuid.UUID
-	for i := range 3 {
-		late = append(late, s.deliveryOf(s.publish("order.created", map[string]any{"late": i})))
-	}
-	testwait.Eventually(t, 5*time.Second, func() bool {
-		return s.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, late) == len(late)
-	}, "late deliveries to be postponed")
-	sleepEnd := openedAt.Add(time.Duration(sleepMS) * time.Millisecond)
-	require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = ANY($1) AND executed_at < $2`, late, sleepEnd),
-		"late deliveries attempted before the sleep window ended")
-	testwait.Eventually(t, 5*time.Second, func() bool {
-		return s.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, ids) >= len(ids)
-	}, "failed deliveries to be postponed while open")
-
-	healthy.Store(true)
-	all := append(append([]uuid.UUID{}, ids...), late...)
-	for _, id := range all {
-		s.waitStatus(id, "succeeded", 15*time.Second)
-	}
-
-	// Nothing was attempted during the sleep window after the opening.
-	require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE webhook_id = $1 AND executed_at >= $2 AND executed_at < $3`,
-		hook, openedAt.Add(500*time.Millisecond), sleepEnd), "attempts made while the circuit was open (after those already in flight)")
-	perDelivery := map[string][]received{}
-	for _, r := range rc.requests() {
-		perDelivery[r.Header.Get("X-Webhook-Delivery")] = append(perDelivery[r.Header.Get("X-Webhook-Delivery")], r)
-	}
-	for _, id := range all {
-		atts := s.attempts(id)
-		reqs := perDelivery[id.String()]
-		require.Len(t, reqs, len(atts), "delivery %s: every request sent is recorded once", id)
-		require.EqualValues(t, len(atts), s.Count(`SELECT attempt_count FROM deliveries WHERE id = $1`, id))
-		for i, a := range atts {
-			require.Equal(t, i+1, a.Number)
-			require.Equal(t, strconv.Itoa(i+1), reqs[i].Header.Get("X-Webhook-Attempt"))
-			want := http.StatusInternalServerError
-			if i == len(atts)-1 {
-				want = http.StatusOK
+	redistest.EachMode(t, func(t *testing.T, mode redistest.Mode) {
+		t.Parallel()
+		s := newSystem(t, func(o *systemtest.Options) { o.RedisMode = mode })
+		ctx := context.Background()
+		var healthy atomic.Bool
+		rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			if !healthy.Load() {
+				w.WriteHeader(http.StatusInternalServerError)
 			}
-			require.NotNil(t, a.StatusCode)
-			require.Equal(t, want, *a.StatusCode, "delivery %s attempt %d", id, a.Number)
+		})
+		opened0, halfOpened0, closed0 := transitions("opened"), transitions("half_opened"), transitions("closed")
+		hook, _ := s.webhook(rc.URL, map[string]any{
+			"circuit_breaker_config": map[string]any{"enabled": true, "minimum_throughput": 5, "error_threshold_percentage": 60,
+				"window_size_ms": 60000, "sleep_window_ms": 2000, "half_open_max_calls": 2, "half_open_success_threshold": 50},
+			"retry_config": map[string]any{"max_attempts": 10, "base_delay_ms": 100, "max_delay_ms": 1000,
+				"backoff_multiplier": 2, "timeout_ms": 2000},
+			"rate_limit": map[string]any{"requests_per_minute": 100000, "burst": 1000},
+		})
+
+		var ids []uuid.UUID
+		for i := range 5 {
+			ids = append(ids, s.deliveryOf(s.publish("order.created", map[string]any{"n": i})))
 		}
-	}
-	require.Positive(t, s.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE webhook_id = $1`, hook))
-	cb = s.circuitOf(hook, s.key)
-	require.Equal(t, "closed", cb["state"], "%v", cb)
-	require.Nil(t, cb["opened_at"])
-	require.GreaterOrEqual(t, transitions("opened")-opened0, 1.0)
-	require.GreaterOrEqual(t, transitions("half_opened")-halfOpened0, 1.0)
-	require.GreaterOrEqual(t, transitions("closed")-closed0, 1.0)
+		var openedAt time.Time
+		var sleepMS int64
+		testwait.Eventually(t, 10*time.Second, func() bool {
+			return s.Pool.QueryRow(ctx, `SELECT opened_at, sleep_window_ms FROM circuit_breaker_states
+			WHERE webhook_id = $1 AND state = 'open'`, hook).Scan(&openedAt, &sleepMS) == nil
+		}, "circuit of %s to open", hook)
+		require.EqualValues(t, 2000, sleepMS)
+		cb := s.circuitOf(hook, s.key)
+		require.Equal(t, "open", cb["state"], "%v", cb)
+		require.Equal(t, "redis", cb["source"])
+		require.GreaterOrEqual(t, cb["window"].(map[string]any)["failures"].(float64), 5.0)
+
+		// Deliveries created while the circuit is open are postponed for the
+		// rest of the sleep window on their first attempt: no attempt.
+		var late []uuid.UUID
+		for i := range 3 {
+			late = append(late, s.deliveryOf(s.publish("order.created", map[string]any{"late": i})))
+		}
+		testwait.Eventually(t, 5*time.Second, func() bool {
+			return s.Count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND postponed_count > 0`, late) == len(late)
+		}, "late deliveries to be postponed")
+		sleepEnd := openedAt.Add(time.Duration(sleepMS) * time.Millisecond)
+		require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE delivery_id = ANY($1) AND executed_at < $2`, late, sleepEnd),
+			"late deliveries attempted before the sleep window ended")
+		testwait.Eventually(t, 5*time.Second, func() bool {
+			return s.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE id = ANY($1)`, ids) >= len(ids)
+		}, "failed deliveries to be postponed while open")
+
+		healthy.Store(true)
+		all := append(append([]uuid.UUID{}, ids...), late...)
+		for _, id := range all {
+			s.waitStatus(id, "succeeded", 15*time.Second)
+		}
+
+		// Nothing was attempted during the sleep window after the opening.
+		require.Zero(t, s.Count(`SELECT count(*) FROM delivery_attempts WHERE webhook_id = $1 AND executed_at >= $2 AND executed_at < $3`,
+			hook, openedAt.Add(500*time.Millisecond), sleepEnd), "attempts made while the circuit was open (after those already in flight)")
+		perDelivery := map[string][]received{}
+		for _, r := range rc.requests() {
+			perDelivery[r.Header.Get("X-Webhook-Delivery")] = append(perDelivery[r.Header.Get("X-Webhook-Delivery")], r)
+		}
+		for _, id := range all {
+			atts := s.attempts(id)
+			reqs := perDelivery[id.String()]
+			require.Len(t, reqs, len(atts), "delivery %s: every request sent is recorded once", id)
+			require.EqualValues(t, len(atts), s.Count(`SELECT attempt_count FROM deliveries WHERE id = $1`, id))
+			for i, a := range atts {
+				require.Equal(t, i+1, a.Number)
+				require.Equal(t, strconv.Itoa(i+1), reqs[i].Header.Get("X-Webhook-Attempt"))
+				want := http.StatusInternalServerError
+				if i == len(atts)-1 {
+					want = http.StatusOK
+				}
+				require.NotNil(t, a.StatusCode)
+				require.Equal(t, want, *a.StatusCode, "delivery %s attempt %d", id, a.Number)
+			}
+		}
+		require.Positive(t, s.Count(`SELECT coalesce(sum(postponed_count), 0) FROM deliveries WHERE webhook_id = $1`, hook))
+		cb = s.circuitOf(hook, s.key)
+		require.Equal(t, "closed", cb["state"], "%v", cb)
+		require.Nil(t, cb["opened_at"])
+		require.GreaterOrEqual(t, transitions("opened")-opened0, 1.0)
+		require.GreaterOrEqual(t, transitions("half_opened")-halfOpened0, 1.0)
+		require.GreaterOrEqual(t, transitions("closed")-closed0, 1.0)
+	})
 }
 
 // Section 8: a webhook's bucket (60/min, burst 3) lets 3 requests through
@@ -299,35 +301,39 @@ func TestWebhookRateLimitSpacesDeliveries(t *testing.T) {
 }
 
 // Section 8: a tenant's delivery bucket (60/min, burst 2) spans all its
-// webhooks, whatever their own limits.
+// webhooks, whatever their own limits: on one Redis server, and on a Redis
+// Cluster, where each delivery draws from its webhook's and its tenant's
+// buckets in one slot.
 func TestTenantRateLimitSpansWebhooks(t *testing.T) {
-	t.Parallel()
-	s := newSystem(t)
-	tenantID, key := s.newTenant(map[string]any{"name": "limited", "rate_limit": map[string]any{"requests_per_minute": 60, "burst": 2}})
-	var rcs []*receiver
-	for range 3 {
-		rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
-		rcs = append(rcs, rc)
-		s.webhookAs(key, rc.URL, nil)
-	}
-	for i := range 6 {
-		s.publishAs(key, "order.created", map[string]any{"n": i})
-	}
-	require.Equal(t, 18, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1`, tenantID))
-	testwait.Eventually(t, 10*time.Second, func() bool { return len(arrivals(rcs...)) >= 5 }, "5 requests to arrive")
-
-	at := arrivals(rcs...)
-	n := 0
-	for _, a := range at {
-		if a.Sub(at[0]) < time.Second {
-			n++
+	redistest.EachMode(t, func(t *testing.T, mode redistest.Mode) {
+		t.Parallel()
+		s := newSystem(t, func(o *systemtest.Options) { o.RedisMode = mode })
+		tenantID, key := s.newTenant(map[string]any{"name": "limited", "rate_limit": map[string]any{"requests_per_minute": 60, "burst": 2}})
+		var rcs []*receiver
+		for range 3 {
+			rc := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
+			rcs = append(rcs, rc)
+			s.webhookAs(key, rc.URL, nil)
 		}
-	}
-	require.LessOrEqual(t, n, 3, "at most burst+1 requests across the tenant's webhooks within the first second")
-	requireBucketPace(t, at, 2)
-	require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND attempt_count > 1`, tenantID))
-	require.Positive(t, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND status = 'pending'
+		for i := range 6 {
+			s.publishAs(key, "order.created", map[string]any{"n": i})
+		}
+		require.Equal(t, 18, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1`, tenantID))
+		testwait.Eventually(t, 10*time.Second, func() bool { return len(arrivals(rcs...)) >= 5 }, "5 requests to arrive")
+
+		at := arrivals(rcs...)
+		n := 0
+		for _, a := range at {
+			if a.Sub(at[0]) < time.Second {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, 3, "at most burst+1 requests across the tenant's webhooks within the first second")
+		requireBucketPace(t, at, 2)
+		require.Zero(t, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND attempt_count > 1`, tenantID))
+		require.Positive(t, s.Count(`SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND status = 'pending'
 		AND attempt_count = 0 AND postponed_count > 0`, tenantID))
+	})
 }
 
 // Section 7: an operator's force_open stops deliveries to a healthy

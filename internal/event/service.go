@@ -31,7 +31,7 @@ type dispatcher interface {
 // Service publishes and reads events.
 type Service struct {
 	pool     *pgxpool.Pool
-	redis    *redis.Client
+	redis    redis.UniversalClient
 	prefix   string
 	dispatch dispatcher
 	log      *slog.Logger
@@ -45,7 +45,7 @@ type Service struct {
 }
 
 // NewService returns a Service. rdb may be nil (no Redis fast path).
-func NewService(pool *pgxpool.Pool, rdb *redis.Client, redisPrefix string, d dispatcher, log *slog.Logger) *Service {
+func NewService(pool *pgxpool.Pool, rdb redis.UniversalClient, redisPrefix string, d dispatcher, log *slog.Logger) *Service {
 	return &Service{pool: pool, redis: rdb, prefix: redisPrefix, dispatch: d, log: log, commits: newCommitter(pool, log),
 		filters: newFilterViews(pool, log)}
 }

@@ -45,7 +45,7 @@ const publisherChannels = 4
 // cfg.AMQP.Prefix, the Redis keys under cfg.Redis.KeyPrefix, webhook
 // secrets sealed with cfg.Security.SecretKeys, and the console served.
 // The caller runs amqp and Parts and closes the connections.
-func NewStack(cfg config.Config, pool *pgxpool.Pool, rdb *redis.Client, amqp *queue.Conn, log *slog.Logger) (*Stack, error) {
+func NewStack(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, amqp *queue.Conn, log *slog.Logger) (*Stack, error) {
 	keys, err := secret.FromConfig(cfg.Security.SecretKeys)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/health"
 	"github.com/hookline/hookline/internal/queue"
+	"github.com/hookline/hookline/internal/redisclient"
 	"github.com/hookline/hookline/internal/tracing"
 )
 
@@ -69,7 +70,7 @@ func NewLogger(cfg config.Config, w io.Writer, proc string) *slog.Logger {
 // Deps are the connections a process holds, and its tracer provider.
 type Deps struct {
 	PG      *pgxpool.Pool
-	Redis   *redis.Client
+	Redis   redis.UniversalClient
 	AMQP    *queue.Conn
 	Tracing *tracing.Provider
 }
@@ -83,20 +84,21 @@ func Connect(ctx context.Context, cfg config.Config, process string, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	ropts, err := redis.ParseURL(cfg.Redis.URL)
+	rdb, err := redisclient.New(cfg.Redis.Mode, cfg.Redis.URL)
 	if err != nil {
 		pg.Close()
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	tp, err := tracing.Setup(ctx, cfg.Tracing, process, log)
 	if err != nil {
 		pg.Close()
+		_ = rdb.Close()
 		return nil, err
 	}
 	if tp.On() {
 		log.Info("tracing on", "export_url", cfg.Tracing.ExportURL(), "sampler", cfg.Tracing.Sampler)
 	}
-	return &Deps{PG: pg, Redis: redis.NewClient(ropts), AMQP: queue.NewConn(cfg.AMQP.URL, log), Tracing: tp}, nil
+	return &Deps{PG: pg, Redis: rdb, AMQP: queue.NewConn(cfg.AMQP.URL, log), Tracing: tp}, nil
 }
 
 // connectPostgres retries for up to 30 s so that processes started together

@@ -37,8 +37,14 @@
 // one whose tat has passed, is idle. Every write sets the key's TTL to the
 // time until tat plus ttlMargin, after which the bucket would be idle anyway.
 //
-// Because one script touches every bucket of a call, the buckets must live
-// on one Redis node (a single server, or keys in one cluster slot).
+// Because one script touches every bucket of a call, the buckets of a call
+// must live on one Redis node: on a Redis Cluster, in one hash slot. So the
+// keys of a call of several buckets must share one hash tag (the part of a
+// key in braces, which alone decides its slot), and every call checks that
+// they do, whatever the Redis, so that a call that works on one server
+// works on a cluster too. A delivery's two buckets carry its tenant as their
+// tag (TenantKey, WebhookKey): all the delivery buckets of a tenant are in
+// one slot, each tenant's in its own.
 package ratelimit
 
 import (
@@ -46,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,10 +103,21 @@ func (l *Limiter) TakePublish(ctx context.Context, now time.Time, tenantID strin
 	return l.publishLease(now, tenantID).takePublish(ctx, l, now, Bucket{Key: "publish:" + tenantID, Limit: PerSecond(rps, burst)})
 }
 
+// TenantKey is the key of tenantID's delivery bucket.
+func TenantKey(tenantID string) string { return "{" + tenantID + "}:tenant" }
+
+// WebhookKey is the key of the delivery bucket of webhookID, a webhook of
+// tenantID. It carries the tenant's hash tag, as TenantKey does, so that a
+// delivery draws from both buckets in one script on a cluster too.
+func WebhookKey(tenantID, webhookID string) string {
+	return "{" + tenantID + "}:webhook:" + webhookID
+}
+
 // Bucket names one token bucket and its limit.
 type Bucket struct {
 	// Key identifies the bucket under the Limiter's prefix, for example
-	// "webhook:<id>" or "tenant:<id>".
+	// WebhookKey or TenantKey. The buckets of one call must share a hash
+	// tag (see the package doc); a call of one bucket needs none.
 	Key string
 	// Limit is applied on every call, so a changed limit applies at once.
 	Limit Limit
@@ -108,7 +126,7 @@ type Bucket struct {
 // Limiter takes tokens from, and reserves slots in, buckets kept in Redis.
 // It is safe for concurrent use.
 type Limiter struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	// leases are the publish buckets' leases of this process, by tenant;
 	// slotLeases its leases on reservation slots, by set of buckets;
@@ -120,7 +138,7 @@ type Limiter struct {
 
 // New returns a Limiter keeping its buckets in rdb under keys that start
 // with prefix.
-func New(rdb *redis.Client, prefix string) *Limiter {
+func New(rdb redis.UniversalClient, prefix string) *Limiter {
 	return &Limiter{rdb: rdb, prefix: prefix}
 }
 
@@ -220,9 +238,28 @@ func (l *Limiter) scriptInput(space string, head []any, buckets []Bucket) ([]str
 		}
 		seen[b.Key] = true
 		keys[i] = l.prefix + space + b.Key
+		if tag := hashTag(keys[i]); i > 0 && (tag == "" || tag != hashTag(keys[0])) {
+			return nil, nil, fmt.Errorf("%w: %q and %q do not share a hash tag, and one script must find them in one cluster slot",
+				ErrInvalidBucket, buckets[0].Key, b.Key)
+		}
 		args = append(args, b.Limit.PerMinute, b.Limit.Burst)
 	}
 	return keys, args, nil
+}
+
+// hashTag is the part of key that decides its Redis Cluster slot when it
+// is not the whole key: what lies between the first "{" and the first "}"
+// after it, if that is not empty. Keys with the same tag share a slot.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return ""
+	}
+	n := strings.IndexByte(key[open+1:], '}')
+	if n <= 0 {
+		return ""
+	}
+	return key[open+1 : open+1+n]
 }
 
 // takeScript: KEYS = the buckets. ARGV = now_ms, ttl_margin_ms, then per

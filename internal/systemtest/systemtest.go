@@ -58,9 +58,12 @@ type Options struct {
 	// own database role (hookline_api, hookline_worker, hookline_dlq), as
 	// a deployment with per-process database URLs does.
 	Roles bool
-	// WorkerRedis is the Redis address of the worker's circuit breakers
-	// and token buckets, such as a proxy the test cuts; default the
-	// api's.
+	// RedisMode is the test Redis every part uses (redistest.Client):
+	// the single server (the zero value) or the local Redis Cluster.
+	RedisMode redistest.Mode
+	// WorkerRedis is the address of a single Redis server for the
+	// worker's circuit breakers and token buckets, such as a proxy the
+	// test cuts; default the api's.
 	WorkerRedis string
 	// Log receives every part's logs; discarded when nil.
 	Log *slog.Logger
@@ -89,7 +92,7 @@ type System struct {
 	Topology queue.Topology
 	// Redis is a client of the api's Redis; every key of the system is
 	// under RedisPrefix.
-	Redis       *redis.Client
+	Redis       redis.UniversalClient
 	RedisPrefix string
 	// Stack is the api as httpapi.NewStack built it: its publisher, its
 	// outbox and its server's stores.
@@ -104,7 +107,11 @@ func Start(t testing.TB, o Options) *System {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &System{t: t, Topology: queuetest.NewTopology(t), Redis: redisClient(t, redistest.Addr()), RedisPrefix: redistest.Prefix(t)}
+	if o.RedisMode == "" {
+		o.RedisMode = redistest.Single
+	}
+	s := &System{t: t, Topology: queuetest.NewTopology(t), Redis: redistest.Client(t, o.RedisMode)}
+	s.RedisPrefix = redistest.PrefixOn(t, s.Redis)
 	s.openPools(o.Roles)
 	conn := queue.NewConn(queuetest.URL(), o.Log)
 	s.buildAPI(conn, o.Log)
@@ -182,7 +189,7 @@ func asRole(t testing.TB, dbURL, role string) string {
 	return u.String()
 }
 
-func redisClient(t testing.TB, addr string) *redis.Client {
+func redisClient(t testing.TB, addr string) redis.UniversalClient {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
