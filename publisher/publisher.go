@@ -32,11 +32,16 @@ import (
 type Config struct {
 	// DatabaseURL is the hookline Postgres database (required).
 	DatabaseURL string
-	// AMQPURL is the RabbitMQ broker (required). Events are accepted while
-	// it is down and enqueued once it is back.
+	// AMQPURL is the RabbitMQ broker (required), or a comma-separated list
+	// of its cluster's nodes, as the deployment's AMQP_URL. Events are
+	// accepted while it is down and enqueued once it is back.
 	AMQPURL string
 	// AMQPPrefix is the deployment's queue prefix. Default "hookline".
 	AMQPPrefix string
+	// AMQPShards is the deployment's amqp.shards (AMQP_SHARDS), so that
+	// a webhook's deliveries go to the shard its other deliveries take.
+	// Default 1.
+	AMQPShards int
 	// RedisURL enables the idempotency fast path (optional), in the form
 	// of RedisMode (the deployment's redis.url).
 	RedisURL string
@@ -129,7 +134,7 @@ func Open(ctx context.Context, cfg Config) (*Publisher, error) {
 		p.rdb = rdb
 	}
 	conn := queue.NewConn(cfg.AMQPURL, cfg.Logger)
-	pub := queue.NewPublisher(conn, queue.Topology{Prefix: cfg.AMQPPrefix}, 2)
+	pub := queue.NewPublisher(conn, queue.Topology{Prefix: cfg.AMQPPrefix, Shards: cfg.AMQPShards}, 2)
 	dispatcher := outbox.NewDispatcher(pool, pub, cfg.Logger)
 	relay := outbox.NewRelay(pool, pub, cfg.Logger)
 	p.events = event.NewService(pool, p.rdb, cfg.RedisPrefix, dispatcher, cfg.Logger).WithTracer(tracing.NewTracer(cfg.TracerProvider))

@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string) error {
 	// flight are committed and acknowledged.
 	if cfg.API.PublishQueuePrefetch > 0 {
 		src := intake.New(intake.Config{Prefetch: cfg.API.PublishQueuePrefetch, MaxPayloadBytes: cfg.API.MaxPayloadBytes,
-			Grace: cfg.ShutdownGrace.D()}, deps.AMQP, queue.Topology{Prefix: cfg.AMQP.Prefix}, api.Publisher, srv, api.Events,
+			Grace: cfg.ShutdownGrace.D()}, deps.AMQP, queue.Topology{Prefix: cfg.AMQP.Prefix, Shards: cfg.AMQP.Shards}, api.Publisher, srv, api.Events,
 			api.Deps.Limits, log)
 		parts.Go("publish queue", src.Run)
 	}

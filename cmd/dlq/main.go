@@ -50,7 +50,7 @@ func main() {
 }
 
 func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks health.Checks) ([]process.Part, error) {
-	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
+	topo := queue.Topology{Prefix: cfg.AMQP.Prefix, Shards: cfg.AMQP.Shards}
 	pub := queue.NewPublisher(deps.AMQP, topo, 1)
 	checks["rabbitmq"] = pub.Check
 	// Batch retries and owner notifications create deliveries; the

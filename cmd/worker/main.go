@@ -47,7 +47,7 @@ func build(cfg config.Config, deps *process.Deps, log *slog.Logger, checks healt
 		UserAgent:       delivery.UserAgent,
 		Tracer:          tracer,
 	}, policy)
-	topo := queue.Topology{Prefix: cfg.AMQP.Prefix}
+	topo := queue.Topology{Prefix: cfg.AMQP.Prefix, Shards: cfg.AMQP.Shards}
 	pub := queue.NewPublisher(deps.AMQP, topo, 4)
 	checks["rabbitmq"] = pub.Check
 	guard := delivery.NewGuard(breaker.New(deps.Redis, cfg.Redis.KeyPrefix), ratelimit.New(deps.Redis, cfg.Redis.KeyPrefix), deps.PG, log)

@@ -10,7 +10,8 @@
 # brings what the tests need besides the services: gcc (the race
 # detector), Chromium (the browser tests of the console and of the API
 # reference at /docs) and promtool (the alert rule checks); the last two
-# are optional, their tests skip without them.
+# are optional, their tests skip without them. It also starts a local
+# three-node RabbitMQ cluster beside the default node (rabbit-cluster.sh).
 set -euo pipefail
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -169,4 +170,14 @@ db=${HOOKLINE_DB:-hookline}
 if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
   log "creating database $db"
   psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE \"$db\""
+fi
+
+# The RabbitMQ cluster tests (TEST_AMQP_CLUSTER_URL, HOOKLINE_REQUIRE_CLUSTER)
+# need three more nodes, hookline-a, -b and -c @localhost on 5701-5703.
+if [ "$for_tests" = 1 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    bash "$(dirname "$0")/rabbit-cluster.sh" up
+  else
+    log "not root: the local RabbitMQ cluster is not started (its tests skip); run: sudo bash $(dirname "$0")/rabbit-cluster.sh up"
+  fi
 fi

@@ -165,11 +165,18 @@ type Redis struct {
 
 // AMQP configures RabbitMQ.
 type AMQP struct {
-	// URL is an amqp:// URL; its vhost is used (env AMQP_URL).
+	// URL is an amqp:// URL, or for a cluster a comma-separated list of
+	// its nodes' URLs (one vhost and user; a comma in a password written
+	// %2C); the vhost is used (env AMQP_URL). Processes spread their
+	// connections over the nodes and move to the next when theirs goes.
 	// Default amqp://guest:guest@127.0.0.1:5672/.
 	URL string `yaml:"url"`
 	// Prefix is prepended to every exchange and queue name. Default "hookline".
 	Prefix string `yaml:"prefix"`
+	// Shards is the number of work queues per priority, 1 to 64 (env
+	// AMQP_SHARDS); a delivery's webhook chooses its shard. Default 1,
+	// the queue names of a deployment without shards.
+	Shards int `yaml:"shards"`
 }
 
 // API configures the HTTP API process.
@@ -295,7 +302,7 @@ func Default() Config {
 		LogLevel:    "info",
 		Database:    Database{URL: "postgres://postgres@127.0.0.1:5432/hookline?sslmode=disable", MaxConns: 32},
 		Redis:       Redis{Mode: redisclient.Single, URL: "redis://127.0.0.1:6379/0", KeyPrefix: "hookline:"},
-		AMQP:        AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefix: "hookline"}, //nolint:gosec // RabbitMQ's local-only default user
+		AMQP:        AMQP{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefix: "hookline", Shards: 1}, //nolint:gosec // RabbitMQ's local-only default user
 		MetricsAddr: "127.0.0.1:9091",
 		Worker: Worker{
 			Concurrency:     256,
@@ -420,6 +427,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			*b.dst = parsed
 		}
 	}
+	if v := getenv("AMQP_SHARDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("config amqp.shards (AMQP_SHARDS): %q is not a number", v)
+		}
+		c.AMQP.Shards = n
+	}
 	if v := getenv("SECRET_KEYS"); v != "" {
 		c.Security.SecretKeys = strings.Split(v, ",")
 		for i, k := range c.Security.SecretKeys {
@@ -452,7 +466,10 @@ func (c *Config) Validate() error {
 	}
 	checkURL(bad, "database.url (DATABASE_URL)", c.Database.URL, "postgres", "postgresql")
 	c.Redis.validate(bad)
-	checkURL(bad, "amqp.url (AMQP_URL)", c.AMQP.URL, "amqp", "amqps")
+	checkAMQPURLs(bad, c.AMQP.URL)
+	if c.AMQP.Shards < 1 || c.AMQP.Shards > 64 {
+		bad("amqp.shards (AMQP_SHARDS)", "must be between 1 and 64, got %d", c.AMQP.Shards)
+	}
 	if c.Database.MaxConns < 2 || c.Database.MaxConns > 1000 {
 		bad("database.max_conns", "must be between 2 and 1000, got %d", c.Database.MaxConns)
 	}
@@ -605,6 +622,55 @@ func checkURL(bad func(string, string, ...any), name, raw string, schemes ...str
 		}
 	}
 	bad(name, "scheme must be one of %s, got %q", strings.Join(schemes, ", "), u.Scheme)
+}
+
+// checkAMQPURLs checks each URL of a comma-separated list of a cluster's
+// nodes, and that they name one vhost and one user: the processes move
+// between the nodes and must find the same queues and permissions on each.
+func checkAMQPURLs(bad func(string, string, ...any), raw string) {
+	const name = "amqp.url (AMQP_URL)"
+	parts := strings.Split(raw, ",")
+	if len(parts) == 1 {
+		checkURL(bad, name, raw, "amqp", "amqps")
+		return
+	}
+	var first *url.URL
+	seen := map[string]int{}
+	for i, p := range parts {
+		node := fmt.Sprintf("%s node %d", name, i+1)
+		p = strings.TrimSpace(p)
+		if p == "" {
+			bad(node, "is empty (a stray comma?)")
+			continue
+		}
+		u, err := url.Parse(p)
+		if err != nil || u.Host == "" || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+			checkURL(bad, node, p, "amqp", "amqps")
+			continue
+		}
+		if j, ok := seen[u.Host]; ok {
+			bad(node, "%s is node %d again", u.Host, j)
+			continue
+		}
+		seen[u.Host] = i + 1
+		if first == nil {
+			first = u
+			continue
+		}
+		if vhostOf(u) != vhostOf(first) || u.User.Username() != first.User.Username() {
+			bad(node, "must have the vhost and user of the first node (%q, %q), got %q, %q",
+				vhostOf(first), first.User.Username(), vhostOf(u), u.User.Username())
+		}
+	}
+}
+
+// vhostOf is the vhost an AMQP URL names: its path without the leading
+// slash, "/" when empty.
+func vhostOf(u *url.URL) string {
+	if v := strings.TrimPrefix(u.Path, "/"); v != "" {
+		return v
+	}
+	return "/"
 }
 
 func checkAddr(bad func(string, string, ...any), name, addr string) {

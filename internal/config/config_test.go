@@ -59,6 +59,7 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.Equal(t, "hookline:", got.Redis.KeyPrefix)
 	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", got.AMQP.URL)
 	require.Equal(t, "hookline", got.AMQP.Prefix)
+	require.Equal(t, 1, got.AMQP.Shards)
 	require.Equal(t, "127.0.0.1:8080", got.API.Addr)
 	require.EqualValues(t, 262144, got.API.MaxPayloadBytes)
 	require.False(t, got.API.RequireHTTPS)
@@ -103,6 +104,7 @@ redis:
 amqp:
   url: amqps://mq.internal:5671/vh
   prefix: hx
+  shards: 4
 api:
   addr: 0.0.0.0:9000
   admin_token: 0123456789abcdef
@@ -144,7 +146,7 @@ tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://
 		LogLevel:      "debug",
 		Database:      config.Database{URL: "postgresql://u:p@db.internal:6543/hl", MaxConns: 7},
 		Redis:         config.Redis{Mode: "cluster", URL: "rediss://cache.internal:6380?addr=cache2.internal:6380", KeyPrefix: "x:"},
-		AMQP:          config.AMQP{URL: "amqps://mq.internal:5671/vh", Prefix: "hx"},
+		AMQP:          config.AMQP{URL: "amqps://mq.internal:5671/vh", Prefix: "hx", Shards: 4},
 		MetricsAddr:   ":9999",
 		ShutdownGrace: config.Duration(90 * time.Second),
 		API: config.API{
@@ -248,6 +250,7 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 		{"env", "HOOKLINE_ENV", "production", func(c config.Config) any { return c.Env }, "production"},
 		{"log level", "LOG_LEVEL", "error", func(c config.Config) any { return c.LogLevel }, "error"},
 		{"amqp prefix", "AMQP_PREFIX", "envq", func(c config.Config) any { return c.AMQP.Prefix }, "envq"},
+		{"amqp shards", "AMQP_SHARDS", "8", func(c config.Config) any { return c.AMQP.Shards }, 8},
 		{"redis prefix", "REDIS_PREFIX", "env:", func(c config.Config) any { return c.Redis.KeyPrefix }, "env:"},
 		{"allow private true", "ALLOW_PRIVATE_NETWORKS", "true", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
 		{"allow private 1", "ALLOW_PRIVATE_NETWORKS", "1", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
@@ -293,6 +296,8 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 				restore.LogLevel = base.LogLevel
 			case "AMQP_PREFIX":
 				restore.AMQP.Prefix = base.AMQP.Prefix
+			case "AMQP_SHARDS":
+				restore.AMQP.Shards = base.AMQP.Shards
 			case "REDIS_PREFIX":
 				restore.Redis.KeyPrefix = base.Redis.KeyPrefix
 			case "ALLOW_PRIVATE_NETWORKS":
@@ -344,6 +349,8 @@ func TestLoadRefuses(t *testing.T) {
 		{name: "second document with unknown key", file: "api: {admin_token: tok}\n---\nnope: 1\n", wantErr: []string{"only one YAML document"}},
 		{name: "bad ALLOW_PRIVATE_NETWORKS", env: map[string]string{"ADMIN_TOKEN": "tok", "ALLOW_PRIVATE_NETWORKS": "yes please"},
 			wantErr: []string{"network.allow_private_networks (ALLOW_PRIVATE_NETWORKS)", `"yes please" is not a boolean`}},
+		{name: "bad AMQP_SHARDS", env: map[string]string{"ADMIN_TOKEN": "tok", "AMQP_SHARDS": "four"},
+			wantErr: []string{`config amqp.shards (AMQP_SHARDS): "four" is not a number`}},
 		{name: "bad API_MIGRATE_ON_START", env: map[string]string{"ADMIN_TOKEN": "tok", "API_MIGRATE_ON_START": "never"},
 			wantErr: []string{"api.migrate_on_start (API_MIGRATE_ON_START)", `"never" is not a boolean`}},
 		{name: "bad ALLOW_CIDRS", env: map[string]string{"ADMIN_TOKEN": "tok", "ALLOW_CIDRS": "10.0.0.0/8,10.0.0.300/8"},
@@ -437,6 +444,22 @@ func TestValidate(t *testing.T) {
 		{"amqps scheme", func(c *config.Config) { c.AMQP.URL = "amqps://h:5671/" }, ""},
 		{"amqp redis scheme", func(c *config.Config) { c.AMQP.URL = "redis://h:5672/" }, "amqp.url (AMQP_URL)"},
 		{"amqp no host", func(c *config.Config) { c.AMQP.URL = "amqp:///" }, "amqp.url (AMQP_URL)"},
+		{"amqp cluster", func(c *config.Config) {
+			c.AMQP.URL = "amqp://u:p@a:5672/vh, amqp://u:p@b:5672/vh,amqps://u:p@c:5671/vh"
+		}, ""},
+		{"amqp cluster default vhost both ways", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672,amqp://b:5672/" }, ""},
+		{"amqp cluster comma in password", func(c *config.Config) { c.AMQP.URL = "amqp://u:p%2Cq@a:5672/,amqp://u:p%2Cq@b:5672/" }, ""},
+		{"amqp cluster stray comma", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672/,,amqp://b:5672/" }, "amqp.url (AMQP_URL) node 2: is empty"},
+		{"amqp cluster trailing comma", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672/,amqp://b:5672/," }, "amqp.url (AMQP_URL) node 3: is empty"},
+		{"amqp cluster bad scheme", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672/,http://b:5672/" }, "amqp.url (AMQP_URL) node 2: scheme"},
+		{"amqp cluster no host", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672/,amqp:///" }, "amqp.url (AMQP_URL) node 2: is not a valid URL"},
+		{"amqp cluster node twice", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672/,amqp://b:5672/,amqp://a:5672/" }, "node 3: a:5672 is node 1 again"},
+		{"amqp cluster other vhost", func(c *config.Config) { c.AMQP.URL = "amqp://a:5672/x,amqp://b:5672/y" }, `node 2: must have the vhost and user of the first node ("x", ""), got "y", ""`},
+		{"amqp cluster other user", func(c *config.Config) { c.AMQP.URL = "amqp://u:p@a:5672/,amqp://v:p@b:5672/" }, `node 2: must have the vhost and user of the first node ("/", "u"), got "/", "v"`},
+		{"amqp shards 1", func(c *config.Config) { c.AMQP.Shards = 1 }, ""},
+		{"amqp shards 64", func(c *config.Config) { c.AMQP.Shards = 64 }, ""},
+		{"amqp shards 0", func(c *config.Config) { c.AMQP.Shards = 0 }, "amqp.shards (AMQP_SHARDS)"},
+		{"amqp shards 65", func(c *config.Config) { c.AMQP.Shards = 65 }, "amqp.shards (AMQP_SHARDS)"},
 
 		{"max conns lowest", func(c *config.Config) { c.Database.MaxConns = 2 }, ""},
 		{"max conns highest", func(c *config.Config) { c.Database.MaxConns = 1000 }, ""},

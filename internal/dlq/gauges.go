@@ -105,16 +105,20 @@ func (g *Gauges) queues() error {
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer ch.Close()
-	names := map[string]string{"dead": g.topo.DeadQueue()}
+	names := map[string][]string{"dead": {g.topo.DeadQueue()}}
 	for _, p := range queue.Priorities {
-		names[p] = g.topo.WorkQueue(p)
+		names[p] = g.topo.WorkQueues(p)
 	}
-	for label, name := range names {
-		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		if err != nil {
-			return fmt.Errorf("inspect queue %s: %w", name, err)
+	for label, queues := range names {
+		n := 0
+		for _, name := range queues {
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				return fmt.Errorf("inspect queue %s: %w", name, err)
+			}
+			n += q.Messages
 		}
-		metrics.QueueDepth.WithLabelValues(label).Set(float64(q.Messages))
+		metrics.QueueDepth.WithLabelValues(label).Set(float64(n))
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func NewStack(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, 
 	if err != nil {
 		return nil, err
 	}
-	pub := queue.NewPublisher(amqp, queue.Topology{Prefix: cfg.AMQP.Prefix}, publisherChannels)
+	pub := queue.NewPublisher(amqp, queue.Topology{Prefix: cfg.AMQP.Prefix, Shards: cfg.AMQP.Shards}, publisherChannels)
 	dispatcher := outbox.NewDispatcher(pool, pub, log)
 	events := event.NewService(pool, rdb, cfg.Redis.KeyPrefix, dispatcher, log)
 	return &Stack{

@@ -158,7 +158,7 @@ var (
 var (
 	QueueDepth = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "queue_depth",
-		Help: "Messages ready in a RabbitMQ queue, by queue (high, normal, low, dead).",
+		Help: "Messages ready in RabbitMQ, by queue (high, normal, low: every shard of the priority's work queue; dead).",
 	}, []string{"queue"})
 	DLQDeliveries = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "dlq_deliveries",

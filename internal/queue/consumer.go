@@ -36,9 +36,11 @@ type Handler func(ctx context.Context, d amqp.Delivery) Disposition
 type ConsumerConfig struct {
 	// Queues are consumed in order of preference: a message waiting on an
 	// earlier queue is taken before one on a later queue. Default: the
-	// three work queues, high first.
+	// work queues, high first, the shards of one priority in turn (see
+	// Consumer).
 	Queues []string
-	// Prefetch bounds unacknowledged messages per priority queue.
+	// Prefetch bounds unacknowledged messages per queue (per shard of each
+	// priority).
 	Prefetch int
 	// Concurrency is the number of handler goroutines.
 	Concurrency int
@@ -60,17 +62,23 @@ type ConsumerConfig struct {
 	PoisonStrip []string
 }
 
-// Consumer consumes its queues (by default the three work queues, preferring
-// high over normal over low) and hands messages to a bounded pool of
-// handlers. Messages that come
-// back from a delay tier early are sent on to the next tier (or held for the
-// last few milliseconds) before any handler sees them.
+// Consumer consumes its queues and hands messages to a bounded pool of
+// handlers. By default it consumes the work queues, preferring high over
+// normal over low, and taking from the shards of one priority in turn, so
+// that no shard waits behind another's backlog; besides the Shards of its
+// topology it consumes, at that priority, any higher shard queue that
+// exists when it subscribes (shards left by a larger shard count, up to
+// MaxShards), so that their messages are not stranded. Messages that come
+// back from a delay tier early are sent on to the next tier (or held for
+// the last few milliseconds) before any handler sees them.
 type Consumer struct {
 	conn    *Conn
 	topo    Topology
 	pub     *Publisher
 	cfg     ConsumerConfig
 	handler Handler
+	// work: cfg.Queues was empty, the consumer takes the work queues.
+	work bool
 	// consuming is set while a session is subscribed to every queue.
 	consuming atomic.Bool
 }
@@ -92,12 +100,7 @@ func NewConsumer(conn *Conn, topo Topology, pub *Publisher, cfg ConsumerConfig, 
 	if cfg.MaxPanics <= 0 {
 		cfg.MaxPanics = defaultMaxPanics
 	}
-	if len(cfg.Queues) == 0 {
-		for _, p := range Priorities {
-			cfg.Queues = append(cfg.Queues, topo.WorkQueue(p))
-		}
-	}
-	return &Consumer{conn: conn, topo: topo, pub: pub, cfg: cfg, handler: h}
+	return &Consumer{conn: conn, topo: topo, pub: pub, cfg: cfg, handler: h, work: len(cfg.Queues) == 0}
 }
 
 // Run consumes until ctx ends, resubscribing after connection losses. On
@@ -132,8 +135,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // session consumes on one connection until it fails or ctx ends.
 func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) error {
-	sources := make([]<-chan amqp.Delivery, len(c.cfg.Queues))
-	ackers := make([]*acker, len(c.cfg.Queues))
+	levels, err := c.queues(conn)
+	if err != nil {
+		return err
+	}
+	var queues []string
+	src := &sources{}
+	for _, level := range levels {
+		var idx []int
+		for _, q := range level {
+			idx = append(idx, len(queues))
+			queues = append(queues, q)
+		}
+		src.levels = append(src.levels, idx)
+	}
+	src.chans = make([]<-chan amqp.Delivery, len(queues))
+	ackers := make([]*acker, len(queues))
 	var chans []*amqp.Channel
 	// The ackers send what they hold once every handler is done, before
 	// their channels close.
@@ -146,7 +163,7 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 			_ = ch.Close()
 		}
 	}()
-	for i, q := range c.cfg.Queues {
+	for i, q := range queues {
 		ch, err := conn.Channel()
 		if err != nil {
 			return fmt.Errorf("open channel: %w", err)
@@ -159,7 +176,7 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 		if err != nil {
 			return fmt.Errorf("consume %s: %w", q, err)
 		}
-		sources[i] = d
+		src.chans[i] = d
 		ackers[i] = newAcker(ch, c.conn.log)
 		acks.Add(1)
 		go func() { defer acks.Done(); ackers[i].run(ackCtx) }()
@@ -172,12 +189,12 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 		go func() {
 			defer wg.Done()
 			for {
-				d, i, ok := next(ctx, sources)
+				d, i, ok := src.next(ctx)
 				if !ok {
 					return
 				}
 				d.Acknowledger = ackers[i]
-				c.handle(workCtx, c.cfg.Queues[i], d)
+				c.handle(workCtx, queues[i], d)
 			}
 		}()
 	}
@@ -185,23 +202,70 @@ func (c *Consumer) session(ctx, workCtx context.Context, conn *amqp.Connection) 
 	return nil
 }
 
-// next takes the next message, preferring higher priorities, and returns
-// the index of its source. It returns false when ctx ends or a source
-// closes (the channel died).
-func next(ctx context.Context, sources []<-chan amqp.Delivery) (amqp.Delivery, int, bool) {
+// queues lists the queues to consume, by preference: one level per queue
+// of cfg.Queues, or for the work queues one level per priority holding its
+// shards, those of the topology and any higher ones that exist.
+func (c *Consumer) queues(conn *amqp.Connection) ([][]string, error) {
+	if !c.work {
+		levels := make([][]string, len(c.cfg.Queues))
+		for i, q := range c.cfg.Queues {
+			levels[i] = []string{q}
+		}
+		return levels, nil
+	}
+	levels := make([][]string, len(Priorities))
+	for i, p := range Priorities {
+		left, err := c.topo.leftoverShards(conn, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range left {
+			log := c.conn.log.Info
+			if q.Messages > 0 {
+				log = c.conn.log.Warn
+			}
+			log("consuming a work queue beyond amqp.shards (docs/OPERATIONS.md, changing the shard count)",
+				"queue", q.Name, "messages", q.Messages, "shards", c.topo.shards())
+		}
+		levels[i] = c.topo.WorkQueues(p)
+		for _, q := range left {
+			levels[i] = append(levels[i], q.Name)
+		}
+	}
+	return levels, nil
+}
+
+// sources are the delivery channels of a session's queues, in levels of
+// preference: a message waiting at an earlier level is taken before one at
+// a later level, and the queues of one level (the shards of a priority)
+// are looked at in turn, each first as often as the others.
+type sources struct {
+	chans  []<-chan amqp.Delivery
+	levels [][]int
+	turn   atomic.Uint64
+}
+
+// next takes the next message and returns the index of its source. It
+// returns false when ctx ends or a source closes (the channel died).
+func (s *sources) next(ctx context.Context) (amqp.Delivery, int, bool) {
 	if ctx.Err() != nil {
 		return amqp.Delivery{}, 0, false
 	}
-	for i, src := range sources {
-		select {
-		case d, ok := <-src:
-			return d, i, ok
-		default:
+	turn := s.turn.Add(1)
+	for _, level := range s.levels {
+		start := int(turn % uint64(len(level))) //nolint:gosec // less than len(level)
+		for k := range level {
+			i := level[(start+k)%len(level)]
+			select {
+			case d, ok := <-s.chans[i]:
+				return d, i, ok
+			default:
+			}
 		}
 	}
-	cases := make([]reflect.SelectCase, 0, len(sources)+1)
+	cases := make([]reflect.SelectCase, 0, len(s.chans)+1)
 	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-	for _, src := range sources {
+	for _, src := range s.chans {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(src)})
 	}
 	chosen, v, ok := reflect.Select(cases)
@@ -255,8 +319,9 @@ func (c *Consumer) deferUntilDue(ctx context.Context, d amqp.Delivery) bool {
 		}
 		return false
 	}
-	err := c.pub.Publish(ctx, Message{
-		ID: d.MessageId, Priority: priorityOf(d.RoutingKey), Body: d.Body, NotBefore: due, Headers: d.Headers,
+	r := RouteOf(d.RoutingKey)
+	err := c.pub.publishRoute(ctx, r, Message{
+		ID: d.MessageId, Priority: r.Priority, Body: d.Body, NotBefore: due, Headers: d.Headers,
 	})
 	if err != nil {
 		_ = d.Nack(false, true)
@@ -265,15 +330,4 @@ func (c *Consumer) deferUntilDue(ctx context.Context, d amqp.Delivery) bool {
 	metrics.DeliveryRepublishes.WithLabelValues("delay_hop").Inc()
 	_ = d.Ack(false)
 	return true
-}
-
-// priorityOf reads the priority from a routing key: "high" for fresh work,
-// "<ms>.high" for a message back from a delay tier.
-func priorityOf(key string) string {
-	for _, p := range Priorities {
-		if key == p || len(key) > len(p) && key[len(key)-len(p)-1:] == "."+p {
-			return p
-		}
-	}
-	return "normal"
 }

@@ -31,6 +31,10 @@ type Message struct {
 	ID string
 	// Priority is high, normal or low.
 	Priority string
+	// ShardKey chooses the work queue shard (Topology.ShardOf): messages
+	// with one key go to one shard and keep their order. Workers' messages
+	// carry their webhook's id. Empty: shard 0.
+	ShardKey string
 	// Body is the payload, opaque to the queue.
 	Body []byte
 	// NotBefore delays the message until then; zero means now.
@@ -135,19 +139,28 @@ func (p *Publisher) Publish(ctx context.Context, msgs ...Message) error {
 	now := time.Now()
 	out := make([]outgoing, len(msgs))
 	for i, m := range msgs {
-		exchange, key := p.route(m, now)
+		exchange, key := p.route(Route{Priority: m.Priority, Shard: p.topo.ShardOf(m.ShardKey)}, m.NotBefore, now)
 		out[i] = outgoing{exchange: exchange, key: key, msg: m}
 	}
 	return p.send(ctx, now, out)
 }
 
-// route picks the work queue for a due message and the delay tier for one
-// that must wait.
-func (p *Publisher) route(m Message, now time.Time) (exchange, key string) {
-	if tier, ok := tierFor(m.NotBefore.Sub(now)); ok {
-		return p.topo.DelayExchange(), strconv.FormatInt(tier.Milliseconds(), 10) + "." + m.Priority
+// publishRoute enqueues m for route r, whatever its ShardKey says: a
+// message sent on from a delay tier stays on the shard it came from.
+func (p *Publisher) publishRoute(ctx context.Context, r Route, m Message) error {
+	now := time.Now()
+	exchange, key := p.route(r, m.NotBefore, now)
+	return p.send(ctx, now, []outgoing{{exchange: exchange, key: key, msg: m}})
+}
+
+// route picks the work queue of r for a due message and the delay tier
+// for one that must wait until notBefore; the tier's key ends with r's, so
+// that the requeue exchange takes the message back to r's queue.
+func (p *Publisher) route(r Route, notBefore, now time.Time) (exchange, key string) {
+	if tier, ok := tierFor(notBefore.Sub(now)); ok {
+		return p.topo.DelayExchange(), strconv.FormatInt(tier.Milliseconds(), 10) + "." + r.Key()
 	}
-	return p.topo.WorkExchange(), m.Priority
+	return p.topo.WorkExchange(), r.Key()
 }
 
 // PublishDead sends a message straight to the dead-letter queue.

@@ -38,13 +38,16 @@ func TestTierFor(t *testing.T) {
 	}
 }
 
-func TestPriorityOf(t *testing.T) {
+func TestRouteOf(t *testing.T) {
 	t.Parallel()
-	for key, want := range map[string]string{
-		"high": "high", "normal": "normal", "low": "low",
-		"1600.high": "high", "100.low": "low", "204800.normal": "normal",
-		"": "normal", "weird": "normal", "xhigh": "normal",
+	for key, want := range map[string]Route{
+		"high": {"high", 0}, "normal": {"normal", 0}, "low": {"low", 0},
+		"1600.high": {"high", 0}, "100.low": {"low", 0}, "204800.normal": {"normal", 0},
+		"high.1": {"high", 1}, "low.63": {"low", 63}, "1600.normal.7": {"normal", 7}, "100.high.2": {"high", 2},
+		"": {"normal", 0}, "weird": {"normal", 0}, "xhigh": {"normal", 0},
+		"high.0": {"normal", 0}, "high.64": {"normal", 0}, "high.07": {"normal", 0}, "high.-1": {"normal", 0},
+		"high.x": {"normal", 0}, "1600.high.3.4": {"normal", 0},
 	} {
-		require.Equal(t, want, priorityOf(key), key)
+		require.Equal(t, want, RouteOf(key), key)
 	}
 }

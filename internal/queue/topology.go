@@ -1,7 +1,12 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -44,6 +49,10 @@ func tierFor(d time.Duration) (time.Duration, bool) {
 	return t, true
 }
 
+// MaxShards bounds Topology.Shards, and how far consumers look for the
+// shard queues of a larger shard count still holding messages.
+const MaxShards = 64
+
 // Topology names every exchange and queue under one prefix, so that several
 // deployments (or tests) can share a vhost.
 type Topology struct {
@@ -51,15 +60,85 @@ type Topology struct {
 	// DeliveryLimit is how often one message may be handed out before it is
 	// treated as poison and dead-lettered. Default 20.
 	DeliveryLimit int
+	// Shards is the number of work queues per priority (1 to MaxShards).
+	// Default 1: one queue per priority, named as before shards existed.
+	Shards int
 }
 
-// WorkExchange receives fresh work, routed by priority.
+// WorkExchange receives fresh work, routed by priority and shard (see
+// Route.Key).
 func (t Topology) WorkExchange() string { return t.Prefix + ".work" }
 
-// WorkQueue is the work queue of a priority.
-func (t Topology) WorkQueue(priority string) string { return t.Prefix + ".work." + priority }
+// WorkQueue is the work queue of a priority: its shard 0, the only one
+// unless Shards is above 1.
+func (t Topology) WorkQueue(priority string) string { return t.ShardQueue(Route{Priority: priority}) }
 
-// DelayExchange routes delayed messages to their tier by "<ms>.<priority>".
+// ShardQueue is the work queue of r: "<prefix>.work.<priority>" for shard
+// 0, "<prefix>.work.<priority>.<shard>" for the others.
+func (t Topology) ShardQueue(r Route) string { return t.Prefix + ".work." + r.Key() }
+
+// WorkQueues lists the work queues of a priority, shard 0 first.
+func (t Topology) WorkQueues(priority string) []string {
+	out := make([]string, t.shards())
+	for i := range out {
+		out[i] = t.ShardQueue(Route{Priority: priority, Shard: i})
+	}
+	return out
+}
+
+func (t Topology) shards() int { return min(max(t.Shards, 1), MaxShards) }
+
+// ShardOf is the shard of the work messages of key (a webhook id): a
+// stable hash of it, so that one webhook's deliveries share a queue and
+// keep their order. An empty key is shard 0.
+func (t Topology) ShardOf(key string) int {
+	n := t.shards()
+	if key == "" || n == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n)) //nolint:gosec // n is at most MaxShards
+}
+
+// Route is the work queue a message goes to: a priority and a shard.
+type Route struct {
+	Priority string
+	Shard    int
+}
+
+// Key is the routing key of r on the work exchange, and its suffix on the
+// delay and requeue exchanges: "<priority>" for shard 0 (as before shards
+// existed), "<priority>.<shard>" for the others.
+func (r Route) Key() string {
+	if r.Shard == 0 {
+		return r.Priority
+	}
+	return r.Priority + "." + strconv.Itoa(r.Shard)
+}
+
+// RouteOf reads the route from a work message's routing key: "high" or
+// "high.3" for fresh work, "1600.high" or "1600.high.3" for a message back
+// from a delay tier. An unknown priority reads as normal, shard 0.
+func RouteOf(key string) Route {
+	words := strings.Split(key, ".")
+	last := len(words) - 1
+	if isPriority(words[last]) {
+		return Route{Priority: words[last]}
+	}
+	if last >= 1 && isPriority(words[last-1]) {
+		n, err := strconv.Atoi(words[last])
+		if err == nil && n >= 1 && n < MaxShards && strconv.Itoa(n) == words[last] {
+			return Route{Priority: words[last-1], Shard: n}
+		}
+	}
+	return Route{Priority: "normal"}
+}
+
+func isPriority(s string) bool { return slices.Contains(Priorities, s) }
+
+// DelayExchange routes delayed messages to their tier by "<ms>.<route
+// key>".
 func (t Topology) DelayExchange() string { return t.Prefix + ".delay" }
 
 // DelayQueue is the tier queue of delay d.
@@ -123,18 +202,10 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		return err
 	}
 	for _, p := range Priorities {
-		args := amqp.Table{
-			"x-queue-type":           "quorum",
-			"x-delivery-limit":       int64(t.deliveryLimit()),
-			"x-dead-letter-exchange": t.DeadExchange(),
-			"x-dead-letter-strategy": "at-least-once",
-			"x-overflow":             "reject-publish",
-		}
-		if err := declareBound(ch, t.WorkQueue(p), args, t.WorkExchange(), p); err != nil {
-			return err
-		}
-		if err := ch.QueueBind(t.WorkQueue(p), "*."+p, t.RequeueExchange(), false, nil); err != nil {
-			return fmt.Errorf("bind %s to %s: %w", t.WorkQueue(p), t.RequeueExchange(), err)
+		for shard := range t.shards() {
+			if err := t.declareShard(ch, Route{Priority: p, Shard: shard}); err != nil {
+				return err
+			}
 		}
 	}
 	for _, d := range Tiers() {
@@ -149,6 +220,42 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		if err := declareBound(ch, t.DelayQueue(d), args, t.DelayExchange(), key); err != nil {
 			return err
 		}
+		// The keys of shards above 0 have one word more.
+		if err := ch.QueueBind(t.DelayQueue(d), key+".*", t.DelayExchange(), false, nil); err != nil {
+			return fmt.Errorf("bind %s to %s: %w", t.DelayQueue(d), t.DelayExchange(), err)
+		}
+	}
+	return nil
+}
+
+// declareShard declares the work queue of r, bound to the work exchange by
+// r's key and to the requeue exchange by any tier's "<ms>.<key>".
+//
+// Shards above 0 ask for their Raft leader on the node with the fewest
+// leaders (x-queue-leader-locator: balanced, RabbitMQ 3.10 and later), so
+// that a cluster's nodes share the work. Shard 0 is declared as the one
+// work queue of each priority always was: the broker refuses a declaration
+// whose arguments differ from those of the existing queue, so adding the
+// argument would stop every deployment whose queues predate it. Its leader
+// goes to the node the declaring process is connected to, unless a policy
+// says otherwise (docs/OPERATIONS.md).
+func (t Topology) declareShard(ch *amqp.Channel, r Route) error {
+	args := amqp.Table{
+		"x-queue-type":           "quorum",
+		"x-delivery-limit":       int64(t.deliveryLimit()),
+		"x-dead-letter-exchange": t.DeadExchange(),
+		"x-dead-letter-strategy": "at-least-once",
+		"x-overflow":             "reject-publish",
+	}
+	if r.Shard > 0 {
+		args["x-queue-leader-locator"] = "balanced"
+	}
+	q := t.ShardQueue(r)
+	if err := declareBound(ch, q, args, t.WorkExchange(), r.Key()); err != nil {
+		return err
+	}
+	if err := ch.QueueBind(q, "*."+r.Key(), t.RequeueExchange(), false, nil); err != nil {
+		return fmt.Errorf("bind %s to %s: %w", q, t.RequeueExchange(), err)
 	}
 	return nil
 }
@@ -183,12 +290,39 @@ func declareBound(ch *amqp.Channel, queue string, args amqp.Table, exchange, key
 	return nil
 }
 
+// leftoverShards returns the work queues of priority p above Shards that
+// exist: shard Shards, then the next, up to the first missing one or
+// MaxShards. A deployment whose shard count went down leaves them behind,
+// still bound (hookline never deletes a queue), and they may hold
+// messages, or receive them from the delay tiers.
+func (t Topology) leftoverShards(conn *amqp.Connection, p string) ([]amqp.Queue, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	var out []amqp.Queue
+	for shard := t.shards(); shard < MaxShards; shard++ {
+		name := t.ShardQueue(Route{Priority: p, Shard: shard})
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		var amqpErr *amqp.Error
+		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+			return out, nil // the broker closed ch
+		}
+		if err != nil {
+			return nil, fmt.Errorf("look for queue %s: %w", name, err)
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
 // Delete removes every exchange and queue of the topology; tests use it to
 // leave nothing behind.
 func (t Topology) Delete(ch *amqp.Channel) error {
 	queues := []string{t.DeadQueue(), t.PublishQueue(), t.PublishRejectedQueue()}
 	for _, p := range Priorities {
-		queues = append(queues, t.WorkQueue(p))
+		queues = append(queues, t.WorkQueues(p)...)
 	}
 	for _, d := range Tiers() {
 		queues = append(queues, t.DelayQueue(d))

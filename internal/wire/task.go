@@ -32,10 +32,11 @@ type Task struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 }
 
-// Message encodes t for the queue, due at notBefore (zero: now).
+// Message encodes t for the queue, due at notBefore (zero: now), on its
+// webhook's shard of the work queues.
 func (t Task) Message(notBefore time.Time) queue.Message {
 	body, _ := json.Marshal(t)
-	return queue.Message{ID: t.DeliveryID.String(), Priority: t.Priority, Body: body, NotBefore: notBefore}
+	return queue.Message{ID: t.DeliveryID.String(), Priority: t.Priority, ShardKey: t.WebhookID.String(), Body: body, NotBefore: notBefore}
 }
 
 // DecodeTask parses a message body.

@@ -174,8 +174,10 @@ func (s *System) Close() { s.close() }
 func (s *System) Purge() error {
 	return withChannel(func(ch *amqp.Channel) error {
 		for _, p := range queue.Priorities {
-			if _, err := ch.QueuePurge(s.Topology.WorkQueue(p), false); err != nil {
-				return err
+			for _, q := range s.Topology.WorkQueues(p) {
+				if _, err := ch.QueuePurge(q, false); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

@@ -1,11 +1,10 @@
 // Package queuetest gives each test its own RabbitMQ topology under a unique
-// prefix on the local broker, deleted when the test ends.
+// prefix on the local broker, or on the local three-node cluster, deleted
+// when the test ends.
 package queuetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"os"
 	"testing"
@@ -29,14 +28,7 @@ func URL() string {
 // broker and deleted when t ends.
 func NewTopology(t testing.TB) queue.Topology {
 	t.Helper()
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	topo := queue.Topology{Prefix: "test-" + hex.EncodeToString(b)}
-	WithChannel(t, func(ch *amqp.Channel) error { return topo.Declare(ch) })
-	t.Cleanup(func() {
-		WithChannel(t, func(ch *amqp.Channel) error { return topo.Delete(ch) })
-	})
-	return topo
+	return NewTopologyAt(t, URL(), 0)
 }
 
 // Conn returns a running connection to url (URL() when empty), closed when t
@@ -97,17 +89,5 @@ func Publish(t testing.TB, exchange, key string, msg amqp.Publishing) {
 // when the broker cannot be reached or f fails.
 func WithChannel(t testing.TB, f func(*amqp.Channel) error) {
 	t.Helper()
-	conn, err := amqp.Dial(URL())
-	if err != nil {
-		t.Fatalf("connect to rabbitmq at %s: %v (is it running?)", URL(), err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatalf("rabbitmq channel: %v", err)
-	}
-	defer ch.Close()
-	if err := f(ch); err != nil {
-		t.Fatalf("rabbitmq: %v", err)
-	}
+	WithChannelAt(t, URL(), f)
 }
