@@ -133,16 +133,15 @@ func (s *System) Names() []string { return slices.Clone(s.names) }
 // first api (which migrates the database), then the other apis, the
 // workers and the dlq, and waits until each answers /readyz. On error
 // everything made so far is removed.
-func Start(ctx context.Context, o Options) (s *System, err error) {
+func Start(ctx context.Context, o Options) (_ *System, err error) {
 	if o.Name == "" {
 		o.Name = "bench"
 	}
 	id := o.Name + "_" + randomHex(5)
-	s = &System{AdminToken: randomHex(24), procs: map[string]*process{}}
+	s := &System{AdminToken: randomHex(24), procs: map[string]*process{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.Close())
-			s = nil
 		}
 	}()
 	if err := s.prepare(ctx, id, o.AMQPURL); err != nil {
@@ -241,14 +240,15 @@ func (s *System) startProcess(ctx context.Context, bin Binaries, name string, en
 		return nil, err
 	}
 	env = append(env[:len(env):len(env)], "API_ADDR="+apiAddr, "METRICS_ADDR="+metricsAddr)
-	p, err := startProcess(filepath.Join(bin.Dir, name), env, dir, logPath)
+	kind, _, _ := strings.Cut(name, "-")
+	p, err := startProcess(filepath.Join(bin.Dir, kind), env, dir, logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	s.procs[name] = p
 	s.onClose(p.stop)
 	p.readyURL = "http://" + metricsAddr + "/readyz"
-	switch kind, _, _ := strings.Cut(name, "-"); kind {
+	switch kind {
 	case "api":
 		s.APIURLs = append(s.APIURLs, "http://"+apiAddr)
 		s.APIURL = s.APIURLs[0]

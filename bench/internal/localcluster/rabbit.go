@@ -1,9 +1,9 @@
 // Package localcluster starts throwaway clusters of the brokers beside the
-// machine's own services, for the load programs under bench/: RabbitMQ
-// nodes with their own node names, ports and data directories, run as the
-// rabbitmq user so that they share its Erlang cookie, and a Redis Cluster
-// of redis-server processes on ports of their own. Close stops them and
-// removes their directories, whether the run ended well or not.
+// machine's own services, for the load programs under bench/: three
+// RabbitMQ nodes with their own node names, ports and data directories
+// (deploy/local/rabbit-cluster.sh, as the tests' cluster), and a Redis
+// Cluster of redis-server processes on ports of their own. Close stops
+// them and removes their data.
 package localcluster
 
 import (
@@ -13,15 +13,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
 
-// RabbitMQ is a cluster of RabbitMQ nodes started by StartRabbitMQ.
+// RabbitMQ is a cluster of three RabbitMQ nodes started by StartRabbitMQ.
 type RabbitMQ struct {
 	// Nodes are the node names, in start order; the first is the one the
 	// others joined.
@@ -29,107 +27,39 @@ type RabbitMQ struct {
 	// Ports are the nodes' AMQP ports, in the same order.
 	Ports []int
 
-	dir   string
-	procs []*exec.Cmd
-	down  map[string]bool
+	name string
+	base int
+	down map[string]bool
 }
 
-// rabbitBin is where Debian's package keeps the scripts that run as the
-// calling user (the ones on PATH switch to the rabbitmq user themselves).
-const rabbitBin = "/usr/lib/rabbitmq/bin"
+// clusterScript starts and removes a local three-node cluster, as the
+// tests' does (run from the repository's root).
+const clusterScript = "deploy/local/rabbit-cluster.sh"
 
-// StartRabbitMQ starts n nodes named <name>-a@localhost, <name>-b@localhost
-// and so on, listening for AMQP on 127.0.0.1:basePort, basePort+1, ...
-// (and for distribution 20,000 above), joins them into one cluster and
-// waits until every node runs. It must run as root.
-func StartRabbitMQ(ctx context.Context, name string, n, basePort int) (_ *RabbitMQ, err error) {
+// StartRabbitMQ starts three nodes named <name>-a@localhost,
+// <name>-b@localhost and <name>-c@localhost with deploy/local/rabbit-cluster.sh,
+// listening for AMQP on 127.0.0.1:basePort+1 to basePort+3, joined into one
+// cluster. It must run as root, from the repository's root.
+func StartRabbitMQ(ctx context.Context, name string, basePort int) (_ *RabbitMQ, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("starting RabbitMQ nodes as the rabbitmq user needs root")
 	}
-	dir, err := os.MkdirTemp("", "hookline-rabbitmq-")
-	if err != nil {
-		return nil, err
+	c := &RabbitMQ{name: name, base: basePort, down: map[string]bool{}}
+	for i, l := range []string{"a", "b", "c"} {
+		c.Nodes = append(c.Nodes, name+"-"+l+"@localhost")
+		c.Ports = append(c.Ports, basePort+1+i)
 	}
-	c := &RabbitMQ{dir: dir, down: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
 		}
 	}()
-	if out, err := exec.Command("chown", "rabbitmq:rabbitmq", dir).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("chown %s: %w: %s", dir, err, out)
-	}
-	for i := range n {
-		node := fmt.Sprintf("%s-%c@localhost", name, 'a'+i)
-		port := basePort + i
-		if err := c.startNode(node, port); err != nil {
-			return nil, err
-		}
-		c.Nodes, c.Ports = append(c.Nodes, node), append(c.Ports, port)
-	}
-	for _, node := range c.Nodes {
-		if err := ctl(ctx, 3*time.Minute, "-n", node, "await_startup"); err != nil {
-			return nil, fmt.Errorf("node %s did not start: %w; its log ends with:\n%s", node, err, c.logTail(node))
-		}
-	}
-	for _, node := range c.Nodes[1:] {
-		for _, args := range [][]string{{"stop_app"}, {"join_cluster", c.Nodes[0]}, {"start_app"}} {
-			if err := ctl(ctx, 2*time.Minute, append([]string{"-n", node}, args...)...); err != nil {
-				return nil, fmt.Errorf("join %s to %s: %w", node, c.Nodes[0], err)
-			}
-		}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "bash", clusterScript, "up", name, strconv.Itoa(basePort)).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s up: %w\n%s", clusterScript, err, out)
 	}
 	return c, nil
-}
-
-// startNode runs one node in the foreground as the rabbitmq user, with a
-// configuration file of its own (the machine's names the default node's
-// port) and no plugins (the management plugin would want the default
-// node's HTTP port).
-func (c *RabbitMQ) startNode(node string, port int) error {
-	base := filepath.Join(c.dir, strings.Split(node, "@")[0])
-	conf := base + ".conf"
-	plugins := base + ".plugins"
-	files := map[string]string{
-		conf:    fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\nloopback_users = none\n", port),
-		plugins: "[].\n",
-	}
-	for path, body := range files {
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil { //nolint:gosec // read by the rabbitmq user
-			return err
-		}
-	}
-	env := []string{
-		"HOME=/var/lib/rabbitmq",
-		"PATH=" + os.Getenv("PATH"),
-		"RABBITMQ_NODENAME=" + node,
-		"RABBITMQ_NODE_PORT=" + strconv.Itoa(port),
-		"RABBITMQ_DIST_PORT=" + strconv.Itoa(port+20000),
-		"RABBITMQ_CONFIG_FILE=" + conf,
-		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(c.dir, "none.env"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE=" + plugins,
-		"RABBITMQ_MNESIA_BASE=" + base + "-data",
-		"RABBITMQ_LOG_BASE=" + base + "-log",
-		"RABBITMQ_PID_FILE=" + base + ".pid",
-		"ERL_EPMD_ADDRESS=127.0.0.1",
-		// One scheduler thread each: three nodes share two cores with
-		// everything else.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 1:1 -kernel inet_dist_use_interface {127,0,0,1}",
-	}
-	cmd := exec.Command("runuser", append(append([]string{"-u", "rabbitmq", "--", "env"}, env...), rabbitBin+"/rabbitmq-server")...)
-	out, err := os.Create(base + ".out")
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = out.Close()
-		return fmt.Errorf("start %s: %w", node, err)
-	}
-	go func() { _ = cmd.Wait(); _ = out.Close() }()
-	c.procs = append(c.procs, cmd)
-	return nil
 }
 
 // URL returns the cluster's AMQP URLs, comma-separated, as hookline's
@@ -221,50 +151,14 @@ func (c *RabbitMQ) alive() string {
 	return ""
 }
 
-// Close stops every node still running (SIGKILL after a minute), waits
-// for them and removes their directories.
+// Close stops the nodes still running and removes their data.
 func (c *RabbitMQ) Close() error {
-	var wg sync.WaitGroup
-	for _, node := range c.Nodes {
-		if c.down[node] {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = ctl(context.Background(), time.Minute, "-n", node, "stop")
-		}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "bash", clusterScript, "down", c.name, strconv.Itoa(c.base)).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s down: %w\n%s", clusterScript, err, out)
 	}
-	wg.Wait()
-	var errs []error
-	for _, p := range c.procs {
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-	}
-	// The VM runs as another user, in the process group of runuser; the
-	// node's own stop has ended it, or the group kill above.
-	for _, node := range c.Nodes {
-		if pid, err := readPid(filepath.Join(c.dir, strings.Split(node, "@")[0]+".pid")); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	if err := os.RemoveAll(c.dir); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-func (c *RabbitMQ) logTail(node string) string {
-	raw, _ := os.ReadFile(filepath.Join(c.dir, strings.Split(node, "@")[0]+".out"))
-	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-15):], "\n")
-}
-
-func readPid(path string) (int, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(string(raw)))
+	return nil
 }
 
 func ctl(ctx context.Context, limit time.Duration, args ...string) error {
