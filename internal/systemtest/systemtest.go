@@ -61,6 +61,11 @@ type Options struct {
 	// RedisMode is the test Redis every part uses (redistest.Client):
 	// the single server (the zero value) or the local Redis Cluster.
 	RedisMode redistest.Mode
+	// AMQPURL is the RabbitMQ every part connects to, one URL or a
+	// cluster's list (queuetest.StartCluster); default the test broker.
+	// Shards is amqp.shards of the system's topology; default 1.
+	AMQPURL string
+	Shards  int
 	// WorkerRedis is the address of a single Redis server for the
 	// worker's circuit breakers and token buckets, such as a proxy the
 	// test cuts; default the api's.
@@ -110,10 +115,13 @@ func Start(t testing.TB, o Options) *System {
 	if o.RedisMode == "" {
 		o.RedisMode = redistest.Single
 	}
-	s := &System{t: t, Topology: queuetest.NewTopology(t), Redis: redistest.Client(t, o.RedisMode)}
+	if o.AMQPURL == "" {
+		o.AMQPURL = queuetest.URL()
+	}
+	s := &System{t: t, Topology: queuetest.NewTopologyAt(t, o.AMQPURL, o.Shards), Redis: redistest.Client(t, o.RedisMode)}
 	s.RedisPrefix = redistest.PrefixOn(t, s.Redis)
 	s.openPools(o.Roles)
-	conn := queue.NewConn(queuetest.URL(), o.Log)
+	conn := queue.NewConn(o.AMQPURL, o.Log)
 	s.buildAPI(conn, o.Log)
 	s.Stack.WithTracer(o.Tracer)
 	parts := append([]supervisor.Part{{Name: "rabbitmq", Run: conn.Run}}, s.Stack.Parts()...)
@@ -155,7 +163,7 @@ func (s *System) buildAPI(conn *queue.Conn, log *slog.Logger) {
 	cfg := config.Default()
 	cfg.API.AdminToken = AdminToken
 	cfg.Network.AllowPrivateNetworks = true
-	cfg.AMQP.Prefix, cfg.Redis.KeyPrefix = s.Topology.Prefix, s.RedisPrefix
+	cfg.AMQP.Prefix, cfg.AMQP.Shards, cfg.Redis.KeyPrefix = s.Topology.Prefix, max(s.Topology.Shards, 1), s.RedisPrefix
 	st, err := httpapi.NewStack(cfg, s.APIPool, s.Redis, conn, log)
 	require.NoError(s.t, err)
 	// The relay takes the deliveries of its production age, looked for
