@@ -161,11 +161,6 @@ func (c *RabbitMQ) Close() error {
 	return nil
 }
 
-func ctl(ctx context.Context, limit time.Duration, args ...string) error {
-	_, err := ctlOutput(ctx, limit, args...)
-	return err
-}
-
 // ctlOutput runs rabbitmqctl (which, run as root, switches to the
 // rabbitmq user and so has its cookie) quietly and returns its output.
 func ctlOutput(ctx context.Context, limit time.Duration, args ...string) ([]byte, error) {
