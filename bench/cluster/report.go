@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -85,7 +86,8 @@ func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, 
 			met = "NOT met"
 		}
 		killRows = append(killRows, []string{k.what, k.node, k.held, k.at.Sub(start).Round(100 * time.Millisecond).String(),
-			formatResume(r.resumed), r.gap.Round(10 * time.Millisecond).String(), r.lateUntil.Round(10 * time.Millisecond).String(), met})
+			formatResume(r.resumed), r.gap.Round(10 * time.Millisecond).String(), r.lateUntil.Round(10 * time.Millisecond).String(),
+			formatLate(r.late), met})
 	}
 	return report.Emit(report.Table{
 		Title:   "Cluster: delivery after each kill",
@@ -94,7 +96,7 @@ func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, 
 			"Killed with SIGKILL and left down: the RabbitMQ node leading the most queues, the Redis master holding the most keys. Each kill's window runs until the next kill or the end of publishing.",
 			fmt.Sprintf("First arrival: from the kill to the first arrival of an event scheduled after it. Longest gap: the longest time in the window without any arrival. Late until: from the kill to the scheduled time of the last event of the window that arrived more than %s after it was scheduled (or never): from then on, every event arrived on time. Goal: delivery resumes within %s (longest gap and late until).", lateAfter, resumeGoal),
 		},
-		Header: []string{"killed", "node", "before the kill", "at", "first arrival", "longest gap", "late until", "goal"},
+		Header: []string{"killed", "node", "before the kill", "at", "first arrival", "longest gap", "late until", "late events by second after the kill", "goal"},
 		Rows:   killRows,
 	}, o.record)
 }
@@ -108,11 +110,12 @@ type recovered struct {
 	resumed   time.Duration // to the first arrival of an event scheduled after the kill; -1: none
 	gap       time.Duration // the longest time without any arrival
 	lateUntil time.Duration // to the scheduled time of the last late event; 0: none
+	late      map[int]int   // late events by whole seconds from the kill to their scheduled time
 }
 
 // recovery measures delivery in the window [at, until) after a kill.
 func recovery(at, until time.Time, pub seqload.Published, first map[int64]time.Time, all []time.Time, start time.Time) recovered {
-	r := recovered{resumed: -1}
+	r := recovered{resumed: -1, late: map[int]int{}}
 	for seq := range pub.Total {
 		sched := pub.Scheduled(start, seq)
 		if sched.Before(at) || !sched.Before(until) || !pub.Accepted[seq] {
@@ -124,6 +127,7 @@ func recovery(at, until time.Time, pub seqload.Published, first map[int64]time.T
 		}
 		if !ok || got.Sub(sched) > lateAfter {
 			r.lateUntil = sched.Sub(at)
+			r.late[int(sched.Sub(at)/time.Second)]++
 		}
 	}
 	prev := at
@@ -139,6 +143,24 @@ func recovery(at, until time.Time, pub seqload.Published, first map[int64]time.T
 	}
 	r.gap = max(r.gap, until.Sub(prev))
 	return r
+}
+
+// formatLate lists late events by second, "s+0: 120, s+5: 3", at most
+// twelve seconds.
+func formatLate(late map[int]int) string {
+	secs := slices.Sorted(maps.Keys(late))
+	if len(secs) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i, sec := range secs {
+		if i == 12 {
+			parts = append(parts, fmt.Sprintf("... (%d seconds)", len(secs)))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("s+%d: %d", sec, late[sec]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func formatResume(d time.Duration) string {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -104,6 +105,38 @@ func (p *Publisher) open(c *amqp.Connection) {
 	p.mu.Lock()
 	p.chans = chans
 	p.mu.Unlock()
+}
+
+// replace puts a new confirm-mode channel in the place of pc, which the
+// broker refused a message on, and closes pc (publishes still waiting on
+// it fail, and their callers publish again). On a cluster, a channel
+// opened while a quorum queue's leader was being elected can go on
+// refusing every message it routes to that queue, although the queue
+// takes them (RabbitMQ 3.10); a new channel does not. Refusals are rare
+// otherwise (a queue's limit, a broker's alarm), so a new channel costs
+// nothing there.
+func (p *Publisher) replace(pc pubChannel) {
+	c, err := p.conn.Current()
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.IndexFunc(p.chans, func(o pubChannel) bool { return o.ch == pc.ch })
+	if i < 0 {
+		return // replaced already, or the connection was reopened
+	}
+	ch, err := c.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		p.conn.log.Warn("rabbitmq publisher channel", "error", err)
+		return
+	}
+	p.chans[i] = pubChannel{ch: ch, returns: watchReturns(ch)}
+	p.conn.log.Warn("rabbitmq refused a message; publishing on a new channel")
+	_ = pc.ch.Close()
 }
 
 func (p *Publisher) channel() (pubChannel, error) {
@@ -211,6 +244,9 @@ func (p *Publisher) send(ctx context.Context, now time.Time, out []outgoing) err
 		confirms = append(confirms, dc)
 	}
 	if err := WaitConfirms(ctx, confirms...); err != nil {
+		if errors.Is(err, ErrNacked) {
+			p.replace(pc)
+		}
 		return err
 	}
 	returned, err := pc.returns.take(ctx, ids)

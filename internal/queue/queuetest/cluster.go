@@ -77,8 +77,10 @@ func NewTopologyAt(t testing.TB, urls string, shards int) queue.Topology {
 	t.Cleanup(func() {
 		// A throwaway cluster goes with everything in it; deleting quorum
 		// queues while one of their members is down takes minutes.
-		if _, ok := throwaway.Load(urls); ok {
-			return
+		for _, u := range queue.SplitURLs(urls) {
+			if _, ok := throwaway.Load(u); ok {
+				return
+			}
 		}
 		WithChannelAt(t, urls, func(ch *amqp.Channel) error { return topo.Delete(ch) })
 	})
@@ -171,13 +173,19 @@ func StartCluster(t testing.TB, name string, base int) *Cluster {
 		urls = append(urls, fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", base+1+i))
 	}
 	c.URL = strings.Join(urls, ",")
-	throwaway.Store(c.URL, true)
-	t.Cleanup(func() { throwaway.Delete(c.URL) }) // runs after the topologies' clean-ups
+	for _, u := range urls {
+		throwaway.Store(u, true)
+	}
+	t.Cleanup(func() { // runs after the topologies' clean-ups
+		for _, u := range urls {
+			throwaway.Delete(u)
+		}
+	})
 	return c
 }
 
-// throwaway holds the URLs of the clusters StartCluster started, whose
-// topologies are removed with them.
+// throwaway holds the node URLs of the clusters StartCluster started,
+// whose topologies are removed with them.
 var throwaway sync.Map
 
 // Kill sends SIGKILL to node's Erlang VM, as a crash or a lost machine
