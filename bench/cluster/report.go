@@ -76,11 +76,15 @@ func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, 
 
 	var killRows [][]string
 	for i, k := range kills {
-		until := start.Add(o.duration) // the next kill, or the end of publishing
+		// The window ends at the next kill, or the end of publishing; its
+		// late events are those scheduled a second (lateAfter) before
+		// the next kill, since the events still in flight at that kill
+		// are its own.
+		until, lateUntil := start.Add(o.duration), start.Add(o.duration)
 		if i+1 < len(kills) {
-			until = kills[i+1].at
+			until, lateUntil = kills[i+1].at, kills[i+1].at.Add(-lateAfter)
 		}
-		r := recovery(k.at, until, pub, first, all, start)
+		r := recovery(k.at, until, lateUntil, pub, first, all, start)
 		met := "met"
 		if r.resumed < 0 || r.gap > resumeGoal || r.lateUntil > resumeGoal {
 			met = "NOT met"
@@ -94,7 +98,7 @@ func emit(o options, pub seqload.Published, rc *seqload.Receiver, kills []kill, 
 		Command: command,
 		Notes: []string{
 			"Killed with SIGKILL and left down: the RabbitMQ node leading the most queues, the Redis master holding the most keys. Each kill's window runs until the next kill or the end of publishing.",
-			fmt.Sprintf("First arrival: from the kill to the first arrival of an event scheduled after it. Longest gap: the longest time in the window without any arrival. Late until: from the kill to the scheduled time of the last event of the window that arrived more than %s after it was scheduled (or never): from then on, every event arrived on time. Goal: delivery resumes within %s (longest gap and late until).", lateAfter, resumeGoal),
+			fmt.Sprintf("First arrival: from the kill to the first arrival of an event scheduled after it. Longest gap: the longest time in the window without any arrival. Late until: from the kill to the scheduled time of the last event of the window that arrived more than %s after it was scheduled (or never): from then on, every event arrived on time; events scheduled in the last second before the next kill count for that kill. Goal: delivery resumes within %s (longest gap and late until).", lateAfter, resumeGoal),
 		},
 		Header: []string{"killed", "node", "before the kill", "at", "first arrival", "longest gap", "late until", "late events by second after the kill", "goal"},
 		Rows:   killRows,
@@ -113,8 +117,9 @@ type recovered struct {
 	late      map[int]int   // late events by whole seconds from the kill to their scheduled time
 }
 
-// recovery measures delivery in the window [at, until) after a kill.
-func recovery(at, until time.Time, pub seqload.Published, first map[int64]time.Time, all []time.Time, start time.Time) recovered {
+// recovery measures delivery in the window [at, until) after a kill,
+// counting as late only the events scheduled before lateBefore.
+func recovery(at, until, lateBefore time.Time, pub seqload.Published, first map[int64]time.Time, all []time.Time, start time.Time) recovered {
 	r := recovered{resumed: -1, late: map[int]int{}}
 	for seq := range pub.Total {
 		sched := pub.Scheduled(start, seq)
@@ -125,7 +130,7 @@ func recovery(at, until time.Time, pub seqload.Published, first map[int64]time.T
 		if ok && (r.resumed < 0 || got.Sub(at) < r.resumed) {
 			r.resumed = got.Sub(at)
 		}
-		if !ok || got.Sub(sched) > lateAfter {
+		if (!ok || got.Sub(sched) > lateAfter) && sched.Before(lateBefore) {
 			r.lateUntil = sched.Sub(at)
 			r.late[int(sched.Sub(at)/time.Second)]++
 		}

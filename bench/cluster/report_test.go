@@ -35,7 +35,7 @@ func TestRecovery(t *testing.T) {
 	}
 	all := []time.Time{s(1100 * time.Millisecond), s(4 * time.Second), s(4100 * time.Millisecond), s(5 * time.Second),
 		s(5100 * time.Millisecond), s(6150 * time.Millisecond), s(6500 * time.Millisecond), s(7050 * time.Millisecond), s(7950 * time.Millisecond), s(9 * time.Second)}
-	r := recovery(at, until, pub, first, all, start)
+	r := recovery(at, until, until, pub, first, all, start)
 	if r.resumed != 1100*time.Millisecond { // seq 40 at 4.1 s
 		t.Errorf("first arrival %s after the kill, want 1.1s", r.resumed)
 	}
@@ -47,9 +47,14 @@ func TestRecovery(t *testing.T) {
 		t.Errorf("late until %s after the kill, want 3s", r.lateUntil)
 	}
 
-	r = recovery(at, until, pub, map[int64]time.Time{10: s(time.Second)}, []time.Time{s(time.Second)}, start)
+	r = recovery(at, until, until, pub, map[int64]time.Time{10: s(time.Second)}, []time.Time{s(time.Second)}, start)
 	if r.resumed != -1 || r.gap != 5*time.Second || r.lateUntil != 4900*time.Millisecond {
 		t.Errorf("nothing after the kill: %+v; want resumed -1, gap 5s, late until 4.9s", r)
+	}
+	// The events of the last second before the next kill are that kill's.
+	r = recovery(at, until, until.Add(-time.Second), pub, map[int64]time.Time{10: s(time.Second)}, []time.Time{s(time.Second)}, start)
+	if r.lateUntil != 3900*time.Millisecond {
+		t.Errorf("late until %s with the next kill at 8 s, want 3.9s", r.lateUntil)
 	}
 }
 
