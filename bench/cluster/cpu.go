@@ -47,7 +47,7 @@ func cpuNote(a, b cpuSample, deliveries int) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %.2f cores (%s per delivery)", g, used.Seconds()/secs, per))
 	}
-	return fmt.Sprintf("CPU from the first publish to the first kill (%.0f s, %d deliveries): %s.", secs, deliveries, strings.Join(parts, ", "))
+	return fmt.Sprintf("CPU from the first publish to the first kill or the end of publishing (%.0f s, %d deliveries): %s.", secs, deliveries, strings.Join(parts, ", "))
 }
 
 // arrivedBetween counts the arrivals in [a, b).
