@@ -35,8 +35,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -119,20 +117,11 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer func() { err = errors.Join(err, sys.Close()) }()
 
-	rc := seqload.NewReceiver()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	rc, client, key, stopReceiver, err := seqload.Setup(ctx, sys.APIURL, sys.AdminToken, "cluster")
 	if err != nil {
 		return err
 	}
-	recvSrv := &http.Server{Handler: rc, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = recvSrv.Serve(ln) }()
-	defer recvSrv.Close()
-
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
-	key, err := seqload.Provision(ctx, client, sys.APIURL, sys.AdminToken, "cluster", "http://"+ln.Addr().String()+"/hook")
-	if err != nil {
-		return err
-	}
+	defer stopReceiver()
 	groups := cpuGroups{"redis": rdb.Pids()}
 	if groups["rabbitmq"], err = mq.Pids(ctx); err != nil {
 		return err

@@ -16,8 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -59,20 +57,11 @@ func run(ctx context.Context, proc string, rate int, duration, killAt, down time
 		}
 	}()
 
-	rc := seqload.NewReceiver()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	rc, client, key, stopReceiver, err := seqload.Setup(ctx, sys.APIURL, sys.AdminToken, "crash")
 	if err != nil {
 		return err
 	}
-	recvSrv := &http.Server{Handler: rc, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = recvSrv.Serve(ln) }()
-	defer recvSrv.Close()
-
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
-	key, err := seqload.Provision(ctx, client, sys.APIURL, sys.AdminToken, "crash", "http://"+ln.Addr().String()+"/hook")
-	if err != nil {
-		return err
-	}
+	defer stopReceiver()
 
 	killed := make(chan error, 1)
 	start := time.Now()

@@ -256,16 +256,8 @@ func TestInvalidBuckets(t *testing.T) {
 		ok, wait := f.take(t0)
 		require.True(t, ok, "no bucket, no limit")
 		require.Zero(t, wait)
-		good := Bucket{Key: WebhookKey("1", "1"), Limit: webhookLimit}
-		tests := map[string][]Bucket{
-			"empty key":    {{Limit: webhookLimit}},
-			"same key":     {good, good},
-			"no refill":    {{Key: WebhookKey("1", "2"), Limit: Limit{Burst: 1}}},
-			"no capacity":  {{Key: WebhookKey("1", "2"), Limit: Limit{PerMinute: 1}}},
-			"two tenants":  {good, {Key: TenantKey("2"), Limit: webhookLimit}},
-			"no hash tag":  {{Key: "webhook:1", Limit: webhookLimit}, {Key: "tenant:1", Limit: webhookLimit}},
-			"one hash tag": {{Key: "webhook:1", Limit: webhookLimit}, {Key: TenantKey("1"), Limit: webhookLimit}},
-		}
+		tests := invalidBuckets()
+		tests["one hash tag"] = []Bucket{{Key: "webhook:1", Limit: webhookLimit}, {Key: TenantKey("1"), Limit: webhookLimit}}
 		for name, buckets := range tests {
 			_, _, err := f.l.Take(f.ctx, t0, buckets...)
 			require.ErrorIs(t, err, ErrInvalidBucket, name)
@@ -361,4 +353,20 @@ func TestQueueTakeAfterScriptFlush(t *testing.T) {
 		}
 		require.True(t, metNoScript, "no pipeline met an empty script cache")
 	})
+}
+
+// invalidBuckets are sets of buckets every call refuses: a key missing
+// or repeated, a limit that never refills or holds nothing, and buckets
+// that share no hash tag, so that one script could not find them in one
+// cluster slot.
+func invalidBuckets() map[string][]Bucket {
+	good := Bucket{Key: WebhookKey("1", "1"), Limit: webhookLimit}
+	return map[string][]Bucket{
+		"empty key":   {{Limit: webhookLimit}},
+		"same key":    {good, good},
+		"no refill":   {{Key: WebhookKey("1", "2"), Limit: Limit{Burst: 1}}},
+		"no capacity": {{Key: WebhookKey("1", "2"), Limit: Limit{PerMinute: 1}}},
+		"two tenants": {good, {Key: TenantKey("2"), Limit: webhookLimit}},
+		"no hash tag": {{Key: "webhook:1", Limit: webhookLimit}, {Key: "tenant:1", Limit: webhookLimit}},
+	}
 }

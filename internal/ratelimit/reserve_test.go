@@ -339,15 +339,7 @@ func TestReserveInvalidBuckets(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, t0, at, "no bucket, no wait")
 		require.NoError(t, f.l.CancelReservation(f.ctx, t0, t0))
-		good := Bucket{Key: WebhookKey("1", "1"), Limit: webhookLimit}
-		tests := map[string][]Bucket{
-			"empty key":   {{Limit: webhookLimit}},
-			"same key":    {good, good},
-			"no refill":   {{Key: WebhookKey("1", "2"), Limit: Limit{Burst: 1}}},
-			"no capacity": {{Key: WebhookKey("1", "2"), Limit: Limit{PerMinute: 1}}},
-			"two tenants": {good, {Key: TenantKey("2"), Limit: webhookLimit}},
-			"no hash tag": {{Key: "webhook:1", Limit: webhookLimit}, {Key: "tenant:1", Limit: webhookLimit}},
-		}
+		tests := invalidBuckets()
 		for name, buckets := range tests {
 			_, err := f.l.Reserve(f.ctx, t0, buckets...)
 			require.ErrorIs(t, err, ErrInvalidBucket, name)

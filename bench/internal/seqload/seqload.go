@@ -152,6 +152,29 @@ func Publish(ctx context.Context, client *http.Client, apis []string, key, event
 	return res
 }
 
+// Setup starts a Receiver on a loopback port and, through the api at
+// apiURL with the admin token, a tenant named name with its webhook on
+// that receiver (Provision). It returns the receiver, the keep-alive
+// client to publish with, the tenant's API key and a function that stops
+// the receiver.
+func Setup(ctx context.Context, apiURL, adminToken, name string) (*Receiver, *http.Client, string, func(), error) {
+	rc := NewReceiver()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	stop := func() { _ = srv.Close() }
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
+	key, err := Provision(ctx, client, apiURL, adminToken, name, "http://"+ln.Addr().String()+"/hook")
+	if err != nil {
+		stop()
+		return nil, nil, "", nil, err
+	}
+	return rc, client, key, stop, nil
+}
+
 // Provision creates a tenant named name, with limits that never bind, and
 // its webhook at url for every event type, through the api at apiURL with
 // the admin token, and returns the tenant's API key.
