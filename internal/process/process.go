@@ -84,6 +84,7 @@ func Connect(ctx context.Context, cfg config.Config, process string, log *slog.L
 	if err != nil {
 		return nil, err
 	}
+	redisclient.SetLogger(log)
 	rdb, err := redisclient.New(cfg.Redis.Mode, cfg.Redis.URL)
 	if err != nil {
 		pg.Close()
