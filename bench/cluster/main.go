@@ -66,7 +66,7 @@ func main() {
 	flag.DurationVar(&o.redisKat, "redis-kill-at", 60*time.Second, "when the Redis master holding the most keys is killed, from the first publish (0: never)")
 	flag.IntVar(&o.shards, "shards", 3, "work queue shards per priority (AMQP_SHARDS)")
 	flag.IntVar(&o.rabbitPort, "rabbitmq-port", 5810, "the RabbitMQ nodes listen for AMQP on the three ports after this one")
-	flag.IntVar(&o.redisPort, "redis-port", 7311, "port of the first Redis Cluster node; the other five take the next ones")
+	flag.IntVar(&o.redisPort, "redis-port", 7511, "port of the first Redis Cluster node; the other five take the next ones")
 	flag.StringVar(&o.logDir, "logs", "", "keep the processes' output in this directory (default: removed with the system)")
 	flag.StringVar(&o.record, "record", "", "also append the tables, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
