@@ -36,13 +36,17 @@ func TestDeliveryGoesOnWhenARabbitMQNodeDies(t *testing.T) {
 	}
 	const events = 60
 	var killedAt time.Time
+	pace := time.NewTicker(50 * time.Millisecond) // spreads the publishes over 3 s, the kill among them
+	defer pace.Stop()
 	for i := range events {
+		if i > 0 {
+			<-pace.C
+		}
 		if i == events/3 {
 			mq.Kill(mq.Nodes[0])
 			killedAt = time.Now()
 		}
 		s.publish("order.created", map[string]any{"n": i})
-		time.Sleep(50 * time.Millisecond)
 	}
 	ctx := context.Background()
 	testwait.Eventually(t, 2*time.Minute, func() bool {

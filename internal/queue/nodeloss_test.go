@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/queue/queuetest"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // A publisher connected to the node that leads a work queue loses that
@@ -49,18 +50,18 @@ func TestPublishesAreConfirmedAfterTheLeadersNodeDies(t *testing.T) {
 
 	// Until the new leader is elected, publishes may fail; then 50 in a
 	// row must be confirmed.
-	deadline := time.Now().Add(time.Minute)
 	streak, refusals := 0, 0
-	for streak < 50 {
-		if err := publish(); err != nil {
-			streak = 0
-			refusals++
-			require.True(t, time.Now().Before(deadline), "still refused a minute after the kill (%d refusals): %v", refusals, err)
-			time.Sleep(100 * time.Millisecond)
-			continue
+	var lastErr error
+	testwait.Eventually(t, time.Minute, func() bool {
+		for ; streak < 50; streak++ {
+			if lastErr = publish(); lastErr != nil {
+				streak = 0
+				refusals++
+				return false
+			}
 		}
-		streak++
-	}
+		return true
+	}, "still refused (%d refusals): %v", &refusals, &lastErr)
 	require.NotEqual(t, "127.0.0.1:5743", conn.Node())
 	// Every confirmed publish is in the queue (a refused one may be too).
 	require.GreaterOrEqual(t, queuetest.DepthAt(t, urls[0], topo.WorkQueue("normal")), 51)

@@ -23,7 +23,7 @@ func TestLimitedLoggerWritesOneMessageASecond(t *testing.T) {
 		now = now.Add(100 * time.Millisecond)
 		l.Printf(ctx, "redis: dial %s: refused", "127.0.0.1:7000") // left out
 	}
-	now = now.Add(600 * time.Millisecond) // 1.1 s after the first
+	now = now.Add(600 * time.Millisecond)                // 1.1 s after the first
 	l.Printf(ctx, "redis: cluster slots: %s", "timeout") // logged, with 5 left out
 
 	var lines []map[string]any
