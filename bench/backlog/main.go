@@ -10,11 +10,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -34,6 +32,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/hookline/hookline/bench/internal/report"
+	"github.com/hookline/hookline/bench/internal/seqload"
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/queue/queuetest"
 )
@@ -291,25 +290,9 @@ func waitOK(url string) {
 // 1024), so that publishes do not dial new ones.
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 
+// post sends a request of the load program's own client.
 func post(url, token, body string, out any) error {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: %d %s", url, res.StatusCode, raw)
-	}
-	if out != nil {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
+	return seqload.Post(context.Background(), client, url, token, body, out)
 }
 
 func must(err error) {

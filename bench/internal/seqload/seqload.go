@@ -182,13 +182,13 @@ func Provision(ctx context.Context, client *http.Client, apiURL, adminToken, nam
 	var tenant struct {
 		APIKey string `json:"api_key"`
 	}
-	if err := post(ctx, client, apiURL+"/v1/tenants", adminToken, fmt.Sprintf(`{"name": %q,
+	if err := Post(ctx, client, apiURL+"/v1/tenants", adminToken, fmt.Sprintf(`{"name": %q,
 		"rate_limit": {"requests_per_minute": 10000000, "burst": 1000000},
 		"publish_rate_limit": {"requests_per_second": 1000000, "burst": 1000000}}`, name), &tenant); err != nil {
 		return "", err
 	}
 	hook := fmt.Sprintf(`{"url": %q, "events": ["*"], "rate_limit": {"requests_per_minute": 1000000, "burst": 100000}}`, url)
-	return tenant.APIKey, post(ctx, client, apiURL+"/v1/webhooks", tenant.APIKey, hook, nil)
+	return tenant.APIKey, Post(ctx, client, apiURL+"/v1/webhooks", tenant.APIKey, hook, nil)
 }
 
 // publishOne sends event seq, of about 1 KiB, and says what became of it:
@@ -217,7 +217,9 @@ func publishOne(ctx context.Context, client *http.Client, apiURL, key, eventType
 	return "refused"
 }
 
-func post(ctx context.Context, client *http.Client, url, token, body string, out any) error {
+// Post sends body to url with token as its bearer token, fails on an
+// answer other than 2xx, and decodes the answer into out unless nil.
+func Post(ctx context.Context, client *http.Client, url, token, body string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
 	if err != nil {
 		return err
