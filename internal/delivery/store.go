@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/schedule"
 	"github.com/hookline/hookline/internal/secret"
 	"github.com/hookline/hookline/internal/tracing"
@@ -76,6 +77,9 @@ type store struct {
 	// keys open the webhook secrets sealed at rest; nil when none are
 	// configured (secrets stored in clear, development and tests).
 	keys *secret.Keyring
+	// tally counts the attempts recorded, and the states they move their
+	// deliveries to, for the rollups; nil: the rollup triggers count them.
+	tally *history.Tally
 }
 
 // WithSecretKeys makes the worker open webhook secrets sealed with keys.
@@ -298,7 +302,12 @@ func (s *store) recordBatch(ctx context.Context, recs []attemptRecord) ([]bool, 
 	return s.record(ctx, s.hot, recs)
 }
 
-func (s *store) record(ctx context.Context, q db.Querier, recs []attemptRecord) ([]bool, error) {
+// batchSender runs a pgx.Batch: a pool, or one of its connections.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+func (s *store) record(ctx context.Context, q batchSender, recs []attemptRecord) ([]bool, error) {
 	n := len(recs)
 	sorted := slices.Clone(recs)
 	slices.SortFunc(sorted, func(a, b attemptRecord) int { return bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]) })
@@ -336,24 +345,61 @@ func (s *store) record(ctx context.Context, q db.Querier, recs []attemptRecord) 
 		}
 		headers[i] = string(h)
 	}
-	rows, err := q.Query(ctx, recordSQL, ids, created, numbers, tenants, codes, categories, errs,
+	b := &pgx.Batch{}
+	if s.tally != nil {
+		history.MarkTallied(b)
+	}
+	b.Queue(recordSQL, ids, created, numbers, tenants, codes, categories, errs,
 		durations, statuses, headers, samples, next, hooks, scheduled, executed, parks)
+	done, err := recorded(q.SendBatch(ctx, b), s.tally != nil)
 	if err != nil {
 		return nil, fmt.Errorf("record %d attempts: %w", n, err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("record %d attempts: %w", n, err)
-	}
-	recorded := make(map[uuid.UUID]bool, len(done))
+	isRecorded := make(map[uuid.UUID]bool, len(done))
 	for _, id := range done {
-		recorded[id] = true
+		isRecorded[id] = true
 	}
 	out := make([]bool, n)
 	for i, r := range recs {
-		out[i] = recorded[r.DeliveryID]
+		out[i] = isRecorded[r.DeliveryID]
+		if out[i] && s.tally != nil {
+			s.tally.Attempted(talliedAttempt(r))
+		}
 	}
 	return out, nil
+}
+
+// recorded reads the deliveries recordSQL recorded from results, the
+// statement after the tally's mark when marked.
+func recorded(results pgx.BatchResults, marked bool) ([]uuid.UUID, error) {
+	defer results.Close()
+	if marked {
+		if _, err := results.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, err
+	}
+	return done, results.Close()
+}
+
+// talliedAttempt is r as the rollups count it. recordSQL moves a delivery
+// from pending at its first attempt and from retrying after (no path puts
+// an attempted delivery back in pending).
+func talliedAttempt(r attemptRecord) history.TalliedAttempt {
+	from := wire.Retrying
+	if r.Number == 1 {
+		from = wire.Pending
+	}
+	return history.TalliedAttempt{Webhook: r.WebhookID, Tenant: r.TenantID, DeliveryCreatedAt: r.CreatedAt,
+		From: from, To: r.Status, ExecutedAt: r.ExecutedAt, OK: r.Response.StatusCode >= 200 && r.Response.StatusCode <= 299,
+		FailureCategory: string(r.Response.Category), Duration: r.Response.Duration}
 }
 
 // prepare runs the statements of every delivery (load, attempt record,

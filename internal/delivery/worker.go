@@ -15,6 +15,7 @@ import (
 	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/breaker"
 	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/retry"
@@ -154,7 +155,12 @@ func (w *Worker) Parts(consume func(context.Context) error) []supervisor.Part {
 	} else {
 		w.log.Warn("hot-path statements planned at each execution", "error", err)
 	}
+	// The rollup tally stops after the attempt recorder, and flushes what
+	// the recorder's last batches counted.
+	tally := history.NewTally(w.store.pool, w.log)
+	w.store.tally = tally
 	parts = append(parts,
+		supervisor.Part{Name: "rollup tally", Run: tally.Run},
 		supervisor.Part{Name: "delivery loader", Run: w.loads.Run},
 		supervisor.Part{Name: "attempt recorder", Run: w.records.Run},
 		supervisor.Part{Name: "parker", Run: w.parks.Run},

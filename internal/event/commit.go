@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -49,6 +50,8 @@ type committer struct {
 	// (db.HotPool); pool otherwise.
 	hot   *pgxpool.Pool
 	batch *batch.Batcher[*pending, struct{}]
+	// tally counts the deliveries the commits create for the rollups.
+	tally *history.Tally
 	log   *slog.Logger
 }
 
@@ -66,7 +69,7 @@ const (
 )
 
 func newCommitter(pool *pgxpool.Pool, log *slog.Logger) *committer {
-	c := &committer{pool: pool, hot: pool, log: log}
+	c := &committer{pool: pool, hot: pool, tally: history.NewTally(pool, log), log: log}
 	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers).Window(commitWindow).Sparse(commitSparse)
 	return c
 }
@@ -96,7 +99,17 @@ func (c *committer) commitAll(ctx context.Context, batch []*pending) error {
 	return c.exec(ctx, c.pool, batch)
 }
 
+// run commits until ctx ends, then commits what is still waiting; the
+// tally of the deliveries created is flushed meanwhile, and a last time
+// after the last commit.
 func (c *committer) run(ctx context.Context) error {
+	tallyCtx, stopTally := context.WithCancel(context.WithoutCancel(ctx))
+	tallied := make(chan error, 1)
+	go func() { tallied <- c.tally.Run(tallyCtx) }()
+	defer func() {
+		stopTally()
+		<-tallied
+	}()
 	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare, IndexScans: true}, c.log)
 	if err != nil {
 		c.log.Warn("publish commits share the api's pool", "error", err)
@@ -117,7 +130,15 @@ func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, e
 	return make([]struct{}, len(batch)), c.exec(ctx, c.hot, batch)
 }
 
-func (c *committer) exec(ctx context.Context, q db.Querier, batch []*pending) error {
+// batchSender runs a pgx.Batch: a pool, or one of its connections.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// exec commits batch by publishSQL, and counts the deliveries it created
+// in the tally (the statement keeps the rollup triggers from counting
+// them: history.MarkTallied).
+func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) error {
 	n := len(batch)
 	ids, tenants := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	types, sources, keys := make([]string, n), make([]string, n), make([]string, n)
@@ -142,9 +163,33 @@ func (c *committer) exec(ctx context.Context, q db.Querier, batch []*pending) er
 			refusedEvents, refusedHooks = append(refusedEvents, p.id), append(refusedHooks, h)
 		}
 	}
-	rows, err := q.Query(ctx, publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
+	b := &pgx.Batch{}
+	history.MarkTallied(b)
+	b.Queue(publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
 		parents, states, views.of(batch), views.numbers, views.tenants, views.knownView, views.knownHook, views.knownVersion,
 		refusedEvents, refusedHooks)
+	results := q.SendBatch(ctx, b)
+	if err := c.scan(results, batch, byID, views); err != nil {
+		_ = results.Close()
+		return err
+	}
+	if err := results.Close(); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	for _, p := range batch {
+		for _, t := range p.tasks {
+			c.tally.Created(t.WebhookID, t.TenantID, t.CreatedAt, 1)
+		}
+	}
+	return nil
+}
+
+// scan reads what publishSQL returned into batch.
+func (c *committer) scan(results pgx.BatchResults, batch []*pending, byID map[uuid.UUID]*pending, views *viewArgs) error {
+	if _, err := results.Exec(); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	rows, err := results.Query()
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}

@@ -7,8 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/hookline/hookline/internal/wire"
 )
 
 // Health is a webhook's recent delivery record.
@@ -109,9 +107,7 @@ func (r *Reader) healthDeliveries(ctx context.Context, args pgx.NamedArgs, h *He
 		&created, &retrying, &succeeded, &exhausted, &cancelled, &h.Postponements); err != nil {
 		return fmt.Errorf("webhook health: %w", err)
 	}
-	for status, n := range map[wire.Status]int64{
-		wire.Pending: created - retrying - succeeded - exhausted - cancelled, wire.Retrying: retrying,
-		wire.Succeeded: succeeded, wire.Exhausted: exhausted, wire.Cancelled: cancelled} {
+	for status, n := range deliveryStates(created, retrying, succeeded, exhausted, cancelled) {
 		if n != 0 {
 			h.Deliveries[string(status)] = n
 		}

@@ -45,8 +45,8 @@ const (
 var allTenants = uuid.Nil
 
 // Stats read the rollups (delivery_rollups, attempt_rollups and
-// dead_letter_rollups, kept by triggers as deliveries and attempts are
-// written): a window is its whole minutes, the current one included, read
+// dead_letter_rollups, kept as deliveries and attempts are written, by
+// triggers or by the writing process's Tally): a window is its whole minutes, the current one included, read
 // as hourly rows for its whole hours and minute rows at its edges, so a
 // day is at most 24 + 2 x 59 rows of each of a scope's shards whatever
 // the traffic.
@@ -94,9 +94,9 @@ func (r *Reader) windowTotals(ctx context.Context, args pgx.NamedArgs, w *StatsW
 		&cancelled); err != nil {
 		return fmt.Errorf("stats: deliveries: %w", err)
 	}
-	w.Deliveries[wire.Pending] = created - retrying - succeeded - exhausted - cancelled
-	w.Deliveries[wire.Retrying], w.Deliveries[wire.Succeeded] = retrying, succeeded
-	w.Deliveries[wire.Exhausted], w.Deliveries[wire.Cancelled] = exhausted, cancelled
+	for st, n := range deliveryStates(created, retrying, succeeded, exhausted, cancelled) {
+		w.Deliveries[st] = n
+	}
 	if err := r.pool.QueryRow(ctx, statsAttemptsSQL, args).Scan(&w.Attempts, &w.Successes); err != nil {
 		return fmt.Errorf("stats: attempts: %w", err)
 	}
@@ -106,6 +106,21 @@ func (r *Reader) windowTotals(ctx context.Context, args pgx.NamedArgs, w *StatsW
 	}
 	w.SuccessRate, w.LatencyMS = rate(w.Successes, w.Attempts), latencyOf(h)
 	return nil
+}
+
+// deliveryStates is the deliveries created in a period by their state now,
+// from the rollups' counts. Counts the processes tally reach the rollups
+// up to a second apart (history.Tally): an attempt may be counted before
+// its delivery's creation, or a success before the failure before it, so
+// a state never shows fewer than none.
+func deliveryStates(created, retrying, succeeded, exhausted, cancelled int64) map[wire.Status]int64 {
+	return map[wire.Status]int64{
+		wire.Pending:   max(created-max(retrying, 0)-max(succeeded, 0)-max(exhausted, 0)-max(cancelled, 0), 0),
+		wire.Retrying:  max(retrying, 0),
+		wire.Succeeded: max(succeeded, 0),
+		wire.Exhausted: max(exhausted, 0),
+		wire.Cancelled: max(cancelled, 0),
+	}
 }
 
 // histogram sums the latency histograms of the rows sql selects.
