@@ -2,16 +2,22 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hookline/hookline/bench/internal/report"
 )
 
-// cpuGroups are the columns of the CPU table, in order: hookline's three
-// processes, the local services (every process of each, whoever it works
-// for), this program (publishing clients and receivers) and the whole
-// machine.
-var cpuGroups = []string{"api", "worker", "dlq", "postgres", "rabbitmq", "redis", "soak", "machine"}
+// cpuGroups are the processes whose CPU time the run reads: hookline's
+// three, the local services (every process of each, whoever it works
+// for) and this program (publishing clients and receivers).
+var cpuGroups = []string{"api", "worker", "dlq", "postgres", "rabbitmq", "redis", "soak"}
+
+// cpuColumns are the CPU table's columns: the groups, the rest of the
+// machine's busy time (the kernel's work for no process in particular,
+// such as loopback networking, and every other process) and the whole
+// machine's.
+var cpuColumns = append(slices.Clone(cpuGroups), "rest", "machine")
 
 // cpuSample is the CPU time each group had used at a moment, in clock
 // ticks of /proc.
@@ -37,7 +43,7 @@ func sampleCPU(pids map[string]int) cpuSample {
 	return s
 }
 
-// cpuUse is what each group used between two samples.
+// cpuUse is what each column used between two samples.
 type cpuUse struct {
 	span       time.Duration
 	used       map[string]time.Duration
@@ -46,8 +52,11 @@ type cpuUse struct {
 
 func cpuBetween(a, b cpuSample, deliveries int64) cpuUse {
 	u := cpuUse{span: b.at.Sub(a.at), used: map[string]time.Duration{}, deliveries: deliveries}
+	u.used["machine"] = report.TicksDuration(b.ticks["machine"] - a.ticks["machine"])
+	u.used["rest"] = u.used["machine"]
 	for _, g := range cpuGroups {
 		u.used[g] = report.TicksDuration(b.ticks[g] - a.ticks[g])
+		u.used["rest"] -= u.used[g]
 	}
 	return u
 }
@@ -73,7 +82,7 @@ func (u cpuUse) cores(g string) float64 {
 // machine's cores.
 func (u cpuUse) row() []string {
 	row := []string{fmt.Sprint(u.deliveries)}
-	for _, g := range cpuGroups {
+	for _, g := range cpuColumns {
 		row = append(row, fmt.Sprintf("%.0f us", u.perDelivery(g)))
 	}
 	return append(row, fmt.Sprintf("%.2f", u.cores("machine")))

@@ -63,9 +63,9 @@ func cpuTable(o options, ws *windows, uses []cpuUse) report.Table {
 	t := report.Table{
 		Title: "Soak: CPU per delivery by window",
 		Notes: []string{
-			"CPU time from /proc over each window, divided by the deliveries that arrived in it (over every webhook): api, worker and dlq, the processes; postgres, rabbitmq (beam.smp) and redis, every process of each on the machine, whoever it works for; soak, this program (publishing clients and receivers); machine, the busy time of every core from /proc/stat, everyone's work included. The last column is the machine's busy cores on average.",
+			"CPU time from /proc over each window, divided by the deliveries that arrived in it (over every webhook): api, worker and dlq, the processes; postgres, rabbitmq (beam.smp) and redis, every process of each on the machine, whoever it works for; soak, this program (publishing clients and receivers); machine, the busy time of every core from /proc/stat, everyone's work included; rest, the machine's less the groups' (the kernel's work for no process in particular, loopback networking included, and every other process). The last column is the machine's busy cores on average.",
 		},
-		Header: append(append([]string{"window", "deliveries"}, cpuGroups...), "machine cores"),
+		Header: append(append([]string{"window", "deliveries"}, cpuColumns...), "machine cores"),
 	}
 	for i, u := range uses {
 		t.Rows = append(t.Rows, append([]string{windowLabel(ws, i, o)}, u.row()...))
@@ -94,7 +94,7 @@ func verdictTable(stats []windowStats, uses []cpuUse) report.Table {
 	first, last := 0, len(stats)-1
 	t := report.Table{
 		Title:  "Soak: verdict",
-		Notes:  []string{fmt.Sprintf("The last window against the first; steady when the ratio is within %.0f %% of 1 either way.", tolerance*100)},
+		Notes:  []string{fmt.Sprintf("The last window against the first (which includes the system's first minutes: empty caches, first plans); steady when the ratio is within %.0f %% of 1 either way.", tolerance*100)},
 		Header: []string{"figure", "first window", "last window", "last / first", fmt.Sprintf("within %.0f %%", tolerance*100)},
 	}
 	if first == last {

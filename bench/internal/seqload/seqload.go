@@ -1,8 +1,9 @@
 // Package seqload publishes numbered events to hookline at a fixed rate
 // and receives them, for the load programs that count what a failure
-// costs (bench/crash, bench/cluster): every event carries its sequence
-// number, so that the receiver can tell which accepted events never
-// arrived and which arrived more than once.
+// costs (bench/crash, bench/cluster) or what a long run changes
+// (bench/soak): every event carries its sequence number, so that the
+// receiver can tell which accepted events never arrived and which arrived
+// more than once.
 package seqload
 
 import (
