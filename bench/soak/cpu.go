@@ -70,6 +70,19 @@ func (u cpuUse) perDelivery(g string) float64 {
 	return float64(u.used[g].Microseconds()) / float64(u.deliveries)
 }
 
+// systemGroups are hookline's processes and the services it runs on.
+var systemGroups = []string{"api", "worker", "dlq", "postgres", "rabbitmq", "redis"}
+
+// systemPerDelivery returns the CPU time per delivery of systemGroups
+// together, in microseconds.
+func (u cpuUse) systemPerDelivery() float64 {
+	var sum float64
+	for _, g := range systemGroups {
+		sum += u.perDelivery(g)
+	}
+	return sum
+}
+
 // cores returns how many cores group g kept busy on average.
 func (u cpuUse) cores(g string) float64 {
 	if u.span <= 0 {

@@ -16,6 +16,7 @@ func TestCPUBetween(t *testing.T) {
 	require.InDelta(t, 15000.0, u.perDelivery("machine"), 0.001)
 	require.InDelta(t, 8000.0, u.perDelivery("rest"), 0.001, "the machine's 1500 ticks less the groups' 700")
 	require.InDelta(t, 1.5, u.cores("machine"), 0.001)
+	require.InDelta(t, 6000.0, u.systemPerDelivery(), 0.001, "api, worker and postgres; not this program")
 	require.Equal(t, []string{"1000", "2000 us", "1000 us", "0 us", "3000 us", "0 us", "0 us", "1000 us", "8000 us", "15000 us", "1.50"}, u.row())
 	require.Zero(t, cpuBetween(a, b, 0).perDelivery("api"))
 }

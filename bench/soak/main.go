@@ -21,8 +21,9 @@
 //     history only, rising ones that they grow faster (dead rows that
 //     nothing vacuums, say).
 //
-// It ends with a verdict: the last window's receipt p99 and machine CPU
-// per delivery against the first's, and whether each is within 10 %.
+// It ends with a verdict: the last window's receipt p99 and CPU per
+// delivery, the machine's and that of hookline with its services, against
+// the first's, and whether each is within 10 %.
 // Run it from the repository's root on an otherwise quiet machine; it
 // removes the processes, the database, the vhost and the Redis keys when
 // it ends, Ctrl-C included (an interrupted run reports nothing):

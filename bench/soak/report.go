@@ -94,7 +94,7 @@ func verdictTable(stats []windowStats, uses []cpuUse) report.Table {
 	first, last := 0, len(stats)-1
 	t := report.Table{
 		Title:  "Soak: verdict",
-		Notes:  []string{fmt.Sprintf("The last window against the first (which includes the system's first minutes: empty caches, first plans); steady when the ratio is within %.0f %% of 1 either way.", tolerance*100)},
+		Notes:  []string{fmt.Sprintf("The last window against the first (which includes the system's first minutes: empty caches, first plans); steady when the ratio is within %.0f %% of 1 either way. System CPU: the api's, the worker's, the dlq's, Postgres's, RabbitMQ's and Redis's together, which other work on a shared machine changes less than the machine's (see the CPU table's rest).", tolerance*100)},
 		Header: []string{"figure", "first window", "last window", "last / first", fmt.Sprintf("within %.0f %%", tolerance*100)},
 	}
 	if first == last {
@@ -110,8 +110,9 @@ func verdictTable(stats []windowStats, uses []cpuUse) report.Table {
 	}
 	add("receipt p99", float64(stats[first].receiptP99), float64(stats[last].receiptP99),
 		func(v float64) string { return fmt.Sprintf("%.2f ms", v/1e6) })
-	add("machine CPU per delivery", uses[first].perDelivery("machine"), uses[last].perDelivery("machine"),
-		func(v float64) string { return fmt.Sprintf("%.0f us", v) })
+	us := func(v float64) string { return fmt.Sprintf("%.0f us", v) }
+	add("machine CPU per delivery", uses[first].perDelivery("machine"), uses[last].perDelivery("machine"), us)
+	add("system CPU per delivery", uses[first].systemPerDelivery(), uses[last].systemPerDelivery(), us)
 	return t
 }
 
