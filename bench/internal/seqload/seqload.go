@@ -1,8 +1,9 @@
 // Package seqload publishes numbered events to hookline at a fixed rate
 // and receives them, for the load programs that count what a failure
-// costs (bench/crash, bench/cluster): every event carries its sequence
-// number, so that the receiver can tell which accepted events never
-// arrived and which arrived more than once.
+// costs (bench/crash, bench/cluster) or what a long run changes
+// (bench/soak): every event carries its sequence number, so that the
+// receiver can tell which accepted events never arrived and which arrived
+// more than once.
 package seqload
 
 import (
@@ -31,10 +32,28 @@ type Receiver struct {
 	arrivals   []time.Time // every arrival, in order
 	duplicates int64
 	last       atomic.Int64 // unix ns of the latest first arrival
+	observe    func(Arrival)
+}
+
+// Arrival is one event a Receiver read.
+type Arrival struct {
+	Seq   int64
+	At    time.Time // when its body had been read
+	Again bool      // the sequence number had arrived before
 }
 
 // NewReceiver returns an empty Receiver.
 func NewReceiver() *Receiver { return &Receiver{first: map[int64]time.Time{}} }
+
+// NewObservedReceiver returns an empty Receiver that also tells observe of
+// every arrival, as it happens, from the request's goroutine: for a
+// program that sums arrivals as it goes instead of reading them all at the
+// end.
+func NewObservedReceiver(observe func(Arrival)) *Receiver {
+	r := NewReceiver()
+	r.observe = observe
+	return r
+}
 
 // ServeHTTP records one arrival.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -48,13 +67,17 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err := json.Unmarshal(body, &env); err == nil {
 		r.mu.Lock()
 		r.arrivals = append(r.arrivals, now)
-		if _, seen := r.first[env.Data.Seq]; seen {
+		_, seen := r.first[env.Data.Seq]
+		if seen {
 			r.duplicates++
 		} else {
 			r.first[env.Data.Seq] = now
 			r.last.Store(now.UnixNano())
 		}
 		r.mu.Unlock()
+		if r.observe != nil {
+			r.observe(Arrival{Seq: env.Data.Seq, At: now, Again: seen})
+		}
 	}
 	w.WriteHeader(http.StatusOK)
 }
@@ -118,7 +141,24 @@ func (p Published) Scheduled(start time.Time, seq int64) time.Time {
 // clients; a publish that cannot start at its time waits for a free
 // client, and its latency still counts from its scheduled time.
 func Publish(ctx context.Context, client *http.Client, apis []string, key, eventType string, rate int, duration time.Duration, start time.Time) Published {
+	return PublishObserved(ctx, client, apis, key, eventType, rate, duration, start, nil)
+}
+
+// Answer is what became of one publish.
+type Answer struct {
+	Seq      int64
+	Accepted bool          // answered 202
+	Latency  time.Duration // from its scheduled time to the answer (or the error)
+}
+
+// PublishObserved publishes as Publish does, and tells observe, unless
+// nil, of every publish as its answer arrives, from the client's
+// goroutine.
+func PublishObserved(ctx context.Context, client *http.Client, apis []string, key, eventType string, rate int, duration time.Duration, start time.Time, observe func(Answer)) Published {
 	res := Published{Accepted: map[int64]bool{}, Interval: time.Second / time.Duration(rate)}
+	// plan gives the scheduled times without reading res, which the
+	// clients write meanwhile.
+	plan := Published{Interval: res.Interval}
 	var mu sync.Mutex
 	jobs := make(chan int64, rate)
 	var wg sync.WaitGroup
@@ -128,6 +168,9 @@ func Publish(ctx context.Context, client *http.Client, apis []string, key, event
 			defer wg.Done()
 			for seq := range jobs {
 				verdict := publishOne(ctx, client, apis[seq%int64(len(apis))], key, eventType, seq)
+				if observe != nil {
+					observe(Answer{Seq: seq, Accepted: verdict == "accepted", Latency: time.Since(plan.Scheduled(start, seq))})
+				}
 				mu.Lock()
 				switch verdict {
 				case "accepted":
@@ -143,7 +186,7 @@ func Publish(ctx context.Context, client *http.Client, apis []string, key, event
 	}
 	var seq int64
 	for ; time.Since(start) < duration && ctx.Err() == nil; seq++ {
-		time.Sleep(time.Until(res.Scheduled(start, seq)))
+		time.Sleep(time.Until(plan.Scheduled(start, seq)))
 		jobs <- seq
 	}
 	close(jobs)
@@ -159,15 +202,12 @@ func Publish(ctx context.Context, client *http.Client, apis []string, key, event
 // the receiver.
 func Setup(ctx context.Context, apiURL, adminToken, name string) (*Receiver, *http.Client, string, func(), error) {
 	rc := NewReceiver()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	url, stop, err := Serve(rc)
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	stop := func() { _ = srv.Close() }
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
-	key, err := Provision(ctx, client, apiURL, adminToken, name, "http://"+ln.Addr().String()+"/hook")
+	client := NewClient()
+	key, err := Provision(ctx, client, apiURL, adminToken, name, url)
 	if err != nil {
 		stop()
 		return nil, nil, "", nil, err
@@ -175,9 +215,26 @@ func Setup(ctx context.Context, apiURL, adminToken, name string) (*Receiver, *ht
 	return rc, client, key, stop, nil
 }
 
+// Serve serves rc on a loopback port and returns its webhook URL and a
+// function that stops it.
+func Serve(rc *Receiver) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + "/hook", func() { _ = srv.Close() }, nil
+}
+
+// NewClient returns the keep-alive client Setup publishes with.
+func NewClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
+}
+
 // Provision creates a tenant named name, with limits that never bind, and
-// its webhook at url for every event type, through the api at apiURL with
-// the admin token, and returns the tenant's API key.
+// its webhook at url for every event type (AddWebhook), through the api at
+// apiURL with the admin token, and returns the tenant's API key.
 func Provision(ctx context.Context, client *http.Client, apiURL, adminToken, name, url string) (string, error) {
 	var tenant struct {
 		APIKey string `json:"api_key"`
@@ -187,8 +244,14 @@ func Provision(ctx context.Context, client *http.Client, apiURL, adminToken, nam
 		"publish_rate_limit": {"requests_per_second": 1000000, "burst": 1000000}}`, name), &tenant); err != nil {
 		return "", err
 	}
+	return tenant.APIKey, AddWebhook(ctx, client, apiURL, tenant.APIKey, url)
+}
+
+// AddWebhook gives the tenant whose API key is key a webhook at url for
+// every event type, with a rate limit that never binds.
+func AddWebhook(ctx context.Context, client *http.Client, apiURL, key, url string) error {
 	hook := fmt.Sprintf(`{"url": %q, "events": ["*"], "rate_limit": {"requests_per_minute": 1000000, "burst": 100000}}`, url)
-	return tenant.APIKey, Post(ctx, client, apiURL+"/v1/webhooks", tenant.APIKey, hook, nil)
+	return Post(ctx, client, apiURL+"/v1/webhooks", key, hook, nil)
 }
 
 // publishOne sends event seq, of about 1 KiB, and says what became of it:

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hookline/hookline/bench/internal/report"
+)
+
+// emit prints the run's tables: the windows' traffic and latency, their
+// CPU per delivery, the table sizes, and the verdict.
+func emit(o options, vacuum string, r soakRun, ws *windows) error {
+	command := "go run ./bench/soak " + strings.Join(os.Args[1:], " ")
+	setup := fmt.Sprintf("The api, worker and dlq binaries built from the working tree, one process each with default settings, on the local Postgres (autovacuum %s), Redis and RabbitMQ; one tenant publishing %d events/s for %s, open-loop with keep-alive clients, to %d webhook(s), each on a receiver of its own in the load program answering 200 at once. Windows of %s.",
+		vacuum, o.rate, o.duration, o.webhooks, o.window)
+	stats := make([]windowStats, ws.count())
+	var lost, dups int64
+	for i := range stats {
+		stats[i] = ws.stats(i)
+		lost += stats[i].lost
+		dups += stats[i].duplicates
+	}
+	uses := make([]cpuUse, ws.count())
+	for i := range uses {
+		uses[i] = cpuBetween(r.cpu[i], r.cpu[i+1], r.sizes[i+1].delivered-r.sizes[i].delivered)
+	}
+	tables := []report.Table{
+		trafficTable(o, ws, stats, r, setup, lost, dups),
+		cpuTable(o, ws, uses),
+		sizeTable(r.sizes),
+		verdictTable(stats, uses),
+	}
+	for _, t := range tables {
+		t.Command = command
+		if err := report.Emit(t, o.record); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func trafficTable(o options, ws *windows, stats []windowStats, r soakRun, setup string, lost, dups int64) report.Table {
+	t := report.Table{
+		Title: "Soak: publishing and delivery by window",
+		Notes: []string{
+			setup,
+			fmt.Sprintf("Published %d, accepted (202) %d, refused %d, no answer %d; **lost %d** (accepted, never received by a webhook, counted once every accepted event had arrived or none had for a minute); **duplicates %d**.",
+				r.pub.Total, len(r.pub.Accepted), r.pub.Refused, r.pub.Unknown, lost, dups),
+			"Publishes, and lost events, count in the window their event was scheduled in; deliveries in the window they arrived in (those after the end of publishing, in the last). Latencies run from each event's scheduled send time: publish, to the api's answer (accepted publishes); receipt, to the receiver having read the POST (first arrivals).",
+		},
+		Header: []string{"window", "published", "accepted", "publish p50", "publish p99", "received", "receipt p50", "receipt p99", "lost", "duplicates"},
+	}
+	for i, s := range stats {
+		t.Rows = append(t.Rows, []string{windowLabel(ws, i, o), fmt.Sprint(s.published), fmt.Sprint(s.accepted),
+			report.Ms(s.publishP50), report.Ms(s.publishP99), fmt.Sprint(s.received),
+			report.Ms(s.receiptP50), report.Ms(s.receiptP99), fmt.Sprint(s.lost), fmt.Sprint(s.duplicates)})
+	}
+	return t
+}
+
+func cpuTable(o options, ws *windows, uses []cpuUse) report.Table {
+	t := report.Table{
+		Title: "Soak: CPU per delivery by window",
+		Notes: []string{
+			"CPU time from /proc over each window, divided by the deliveries that arrived in it (over every webhook): api, worker and dlq, the processes; postgres, rabbitmq (beam.smp) and redis, every process of each on the machine, whoever it works for; soak, this program (publishing clients and receivers); machine, the busy time of every core from /proc/stat, everyone's work included; rest, the machine's less the groups' (the kernel's work for no process in particular, loopback networking included, and every other process). The last column is the machine's busy cores on average.",
+		},
+		Header: append(append([]string{"window", "deliveries"}, cpuColumns...), "machine cores"),
+	}
+	for i, u := range uses {
+		t.Rows = append(t.Rows, append([]string{windowLabel(ws, i, o)}, u.row()...))
+	}
+	return t
+}
+
+func sizeTable(snaps []sizeSnapshot) report.Table {
+	rows, unchanged := sizeRows(snaps)
+	notes := []string{
+		"Every table of hookline's database at the start of publishing and at the end of each window, its partitions summed under it: total (pg_total_relation_size: heap, TOAST, free space and visibility maps, indexes), heap (pg_relation_size), indexes (pg_indexes_size), live and dead rows (n_live_tup, n_dead_tup of pg_stat_user_tables). Delivered: deliveries arrived by then.",
+		"Bytes per delivery: the total's growth since the start of publishing per delivery arrived since, and its growth within the window per delivery arrived in it. Steady figures: the table grows with the history only; rising ones: faster than the history.",
+	}
+	if len(unchanged) > 0 {
+		notes = append(notes, "Unchanged during the run, not listed: "+strings.Join(unchanged, ", ")+".")
+	}
+	return report.Table{
+		Title:  "Soak: table sizes by window",
+		Notes:  notes,
+		Header: []string{"table", "at", "delivered", "total", "heap", "indexes", "live rows", "dead rows", "bytes per delivery since the start", "bytes per delivery in the window"},
+		Rows:   rows,
+	}
+}
+
+func verdictTable(stats []windowStats, uses []cpuUse) report.Table {
+	first, last := 0, len(stats)-1
+	t := report.Table{
+		Title:  "Soak: verdict",
+		Notes:  []string{fmt.Sprintf("The last window against the first (which includes the system's first minutes: empty caches, first plans); steady when the ratio is within %.0f %% of 1 either way. System CPU: the api's, the worker's, the dlq's, Postgres's, RabbitMQ's and Redis's together, which other work on a shared machine changes less than the machine's (see the CPU table's rest).", tolerance*100)},
+		Header: []string{"figure", "first window", "last window", "last / first", fmt.Sprintf("within %.0f %%", tolerance*100)},
+	}
+	if first == last {
+		t.Notes = append(t.Notes, "One window only: nothing to compare.")
+	}
+	add := func(name string, a, b float64, text func(float64) string) {
+		ratio, within, ok := compare(a, b)
+		row := []string{name, text(a), text(b), "-", "-"}
+		if ok && first != last {
+			row[3], row[4] = fmt.Sprintf("%.2f", ratio), map[bool]string{true: "yes", false: "no"}[within]
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	add("receipt p99", float64(stats[first].receiptP99), float64(stats[last].receiptP99),
+		func(v float64) string { return fmt.Sprintf("%.2f ms", v/1e6) })
+	us := func(v float64) string { return fmt.Sprintf("%.0f us", v) }
+	add("machine CPU per delivery", uses[first].perDelivery("machine"), uses[last].perDelivery("machine"), us)
+	add("system CPU per delivery", uses[first].systemPerDelivery(), uses[last].systemPerDelivery(), us)
+	return t
+}
+
+// windowLabel names window i by its bounds, "10m-20m".
+func windowLabel(ws *windows, i int, o options) string {
+	from, to := ws.bounds(i, o.duration)
+	return short(from) + "-" + short(to)
+}

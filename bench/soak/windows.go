@@ -1,0 +1,144 @@
+package main
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hookline/hookline/bench/internal/report"
+	"github.com/hookline/hookline/bench/internal/seqload"
+)
+
+// windows sums a run window by window, as it goes: each publish in the
+// window it was scheduled in, each arrival in the window it arrived in
+// (those after the last window, while the run drains, in the last), each
+// loss in the window its event was scheduled in. It is safe for
+// concurrent use: the publishing clients and the receivers report to it
+// from their own goroutines.
+type windows struct {
+	length   time.Duration // of each window
+	interval time.Duration // between scheduled publishes
+
+	mu        sync.Mutex
+	start     time.Time // the first publish's scheduled time
+	w         []window
+	delivered int64 // first arrivals so far, over every webhook
+}
+
+// window is what happened in one window.
+type window struct {
+	published, accepted  int64
+	publish              []time.Duration // latency of each accepted publish
+	received, duplicates int64
+	receipt              []time.Duration // of each first arrival, from its scheduled publish
+	lost                 int64
+}
+
+// newWindows prepares the windows of a run publishing for duration at
+// rate events/s, each window length long (the last may be shorter).
+func newWindows(duration, length time.Duration, rate int) *windows {
+	n := int((duration + length - 1) / length)
+	return &windows{length: length, interval: time.Second / time.Duration(rate), w: make([]window, max(n, 1))}
+}
+
+// begin sets the run's start, the first publish's scheduled time; the
+// windows count from it.
+func (ws *windows) begin(start time.Time) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.start = start
+}
+
+// index returns the window holding the moment d after the start.
+func (ws *windows) index(d time.Duration) int {
+	return min(max(int(d/ws.length), 0), len(ws.w)-1)
+}
+
+// scheduled returns how long after the start event seq was due.
+func (ws *windows) scheduled(seq int64) time.Duration { return time.Duration(seq) * ws.interval }
+
+// answer counts a publish's answer (seqload.PublishObserved).
+func (ws *windows) answer(a seqload.Answer) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := &ws.w[ws.index(ws.scheduled(a.Seq))]
+	w.published++
+	if a.Accepted {
+		w.accepted++
+		w.publish = append(w.publish, a.Latency)
+	}
+}
+
+// arrival counts an event's arrival at one of the receivers
+// (seqload.NewObservedReceiver).
+func (ws *windows) arrival(a seqload.Arrival) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := &ws.w[ws.index(a.At.Sub(ws.start))]
+	if a.Again {
+		w.duplicates++
+		return
+	}
+	w.received++
+	ws.delivered++
+	w.receipt = append(w.receipt, a.At.Sub(ws.start.Add(ws.scheduled(a.Seq))))
+}
+
+// lose counts an accepted event that one of the webhooks never received.
+func (ws *windows) lose(seq int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.w[ws.index(ws.scheduled(seq))].lost++
+}
+
+// deliveredSoFar returns how many deliveries have arrived, over every
+// webhook, duplicates not counted.
+func (ws *windows) deliveredSoFar() int64 {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.delivered
+}
+
+// count returns the number of windows.
+func (ws *windows) count() int { return len(ws.w) }
+
+// bounds returns when window i begins and ends, from the start; the last
+// ends at the end of publishing.
+func (ws *windows) bounds(i int, duration time.Duration) (from, to time.Duration) {
+	return time.Duration(i) * ws.length, min(time.Duration(i+1)*ws.length, duration)
+}
+
+// windowStats are one window's figures.
+type windowStats struct {
+	published, accepted, received, duplicates, lost int64
+	publishP50, publishP99, receiptP50, receiptP99  time.Duration
+}
+
+// stats returns window i's figures so far.
+func (ws *windows) stats(i int) windowStats {
+	ws.mu.Lock()
+	w := ws.w[i]
+	publish, receipt := slices.Clone(w.publish), slices.Clone(w.receipt)
+	ws.mu.Unlock()
+	report.Sort(publish)
+	report.Sort(receipt)
+	return windowStats{
+		published: w.published, accepted: w.accepted, received: w.received, duplicates: w.duplicates, lost: w.lost,
+		publishP50: report.Percentile(publish, 50), publishP99: report.Percentile(publish, 99),
+		receiptP50: report.Percentile(receipt, 50), receiptP99: report.Percentile(receipt, 99),
+	}
+}
+
+// tolerance is how far the last window's figure may be from the first's
+// for the run to count as steady.
+const tolerance = 0.10
+
+// compare returns last/first and whether it is within tolerance of 1;
+// ok is false when first is not positive (nothing to compare with).
+func compare(first, last float64) (ratio float64, within, ok bool) {
+	if first <= 0 {
+		return 0, false, false
+	}
+	ratio = last / first
+	return ratio, ratio >= 1-tolerance && ratio <= 1+tolerance, true
+}
