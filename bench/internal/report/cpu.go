@@ -45,7 +45,7 @@ func SampleCPU() CPUSample {
 		for group, names := range CPUGroups {
 			for _, n := range names {
 				if name == n {
-					s.Ticks[group] += procTicks(pid)
+					s.Ticks[group] += serviceTicks(pid)
 				}
 			}
 		}
@@ -83,23 +83,46 @@ func TicksDuration(ticks int64) time.Duration { return time.Duration(ticks) * ti
 
 // procTicks returns utime+stime of pid (its threads included).
 func procTicks(pid int) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name may hold spaces; the fields after it are fixed.
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := statFields(pid)
 	if len(f) < 13 {
 		return 0
 	}
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + st
+}
+
+// serviceTicks is the CPU time of a service's process pid and of its
+// children that have exited: a Postgres backend's time, once the backend
+// is gone, is in its postmaster's (cutime and cstime), so the sum over a
+// service's processes only grows, whichever of them come and go.
+func serviceTicks(pid int) int64 {
+	f := statFields(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	var sum int64
+	for _, i := range []int{11, 12, 13, 14} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		sum += v
+	}
+	return sum
+}
+
+// statFields is the fields of /proc/<pid>/stat after the command name, nil
+// when it cannot be read.
+func statFields(pid int) []string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// The command name may hold spaces; the fields after it are fixed.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
 }
 
 // CPUUse formats the cores each group used on average between a and b,
