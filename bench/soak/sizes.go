@@ -94,17 +94,15 @@ func sizeRows(snaps []sizeSnapshot) (rows [][]string, unchanged []string) {
 		}
 	}
 	for _, name := range append(changed, allTables) {
-		for i, snap := range snaps {
+		prev := first
+		for _, snap := range snaps {
 			size, base := sizeOf(snap, name), sizeOf(first, name)
-			prev := snap
-			if i > 0 {
-				prev = snaps[i-1]
-			}
 			rows = append(rows, []string{name, short(snap.at), fmt.Sprint(snap.delivered),
 				bytesText(size.total), bytesText(size.heap), bytesText(size.indexes),
 				fmt.Sprint(size.live), fmt.Sprint(size.dead),
 				bytesPerDelivery(size.total-base.total, snap.delivered-first.delivered),
 				bytesPerDelivery(size.total-sizeOf(prev, name).total, snap.delivered-prev.delivered)})
+			prev = snap
 		}
 	}
 	return rows, unchanged

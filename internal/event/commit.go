@@ -108,7 +108,9 @@ func (c *committer) run(ctx context.Context) error {
 	go func() { tallied <- c.tally.Run(tallyCtx) }()
 	defer func() {
 		stopTally()
-		<-tallied
+		if err := <-tallied; err != nil {
+			c.log.Warn("rollup tally stopped", "error", err)
+		}
 	}()
 	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare, IndexScans: true}, c.log)
 	if err != nil {
