@@ -53,6 +53,7 @@ type options struct {
 	duration, window time.Duration
 	webhooks         int
 	logDir, record   string
+	dbParams         string
 }
 
 func main() {
@@ -64,6 +65,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 10*time.Minute, "length of each reported window")
 	flag.IntVar(&o.webhooks, "webhooks", 1, "webhooks of the tenant, each on a receiver of its own; every event goes to each")
 	flag.StringVar(&o.logDir, "logs", "", "keep the processes' output in this directory (default: removed with the system)")
+	flag.StringVar(&o.dbParams, "db-params", "", "query parameters added to the processes' DATABASE_URL, as pgx reads them (pool_max_conn_lifetime=2m, say)")
 	flag.StringVar(&o.record, "record", "", "also append the tables, with the machine, date and command, to this file (default: print only)")
 	flag.Parse()
 	if o.rate <= 0 || o.rate > 5000 || o.duration <= 0 || o.window <= 0 || o.window > o.duration || o.webhooks < 1 || o.webhooks > 16 {
@@ -86,7 +88,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	defer func() { _ = bin.Remove() }()
-	sys, err := deploy.Start(ctx, deploy.Options{Binaries: bin, Name: "soak", LogDir: o.logDir})
+	sys, err := deploy.Start(ctx, deploy.Options{Binaries: bin, Name: "soak", LogDir: o.logDir, DBParams: o.dbParams})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -406,4 +407,35 @@ func TestGenericPlansFindRowsByKeyWhateverTheTableSizeWhenPlanned(t *testing.T) 
 	hotPlan := plan(conn)
 	require.Contains(t, hotPlan, "tenants_pkey")
 	require.NotContains(t, hotPlan, "Seq Scan")
+}
+
+// The connections of a pool end spread over a fifth of their lifetime
+// after it, not all in the same minute, unless the URL says otherwise.
+func TestPoolConnectionsEndSpreadOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t, false)
+	for _, tc := range []struct {
+		params           string
+		lifetime, jitter time.Duration
+	}{
+		{"", time.Hour, 12 * time.Minute},
+		{"pool_max_conn_lifetime=10m", 10 * time.Minute, 2 * time.Minute},
+		{"pool_max_conn_lifetime_jitter=30s", time.Hour, 30 * time.Second},
+	} {
+		u := url
+		if tc.params != "" {
+			sep := "?"
+			if strings.Contains(u, "?") {
+				sep = "&"
+			}
+			u += sep + tc.params
+		}
+		pool, err := db.Open(ctx, u, 1)
+		require.NoError(t, err)
+		cfg := pool.Config()
+		pool.Close()
+		require.Equal(t, tc.lifetime, cfg.MaxConnLifetime, tc.params)
+		require.Equal(t, tc.jitter, cfg.MaxConnLifetimeJitter, tc.params)
+	}
 }

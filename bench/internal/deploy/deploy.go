@@ -78,6 +78,9 @@ type Options struct {
 	// Env is more environment for every process (REDIS_MODE, REDIS_URL,
 	// AMQP_SHARDS, ...); it overrides the defaults Start sets.
 	Env []string
+	// DBParams are query parameters added to every process's
+	// DATABASE_URL, as pgx reads them (pool_max_conn_lifetime=1m, say).
+	DBParams string
 }
 
 // System is a running api, worker and dlq.
@@ -162,7 +165,15 @@ func Start(ctx context.Context, o Options) (_ *System, err error) {
 		return nil, err
 	}
 	s.onClose(func() error { return os.RemoveAll(workDir) })
-	env := append(s.environment(id), o.Env...)
+	env := s.environment(id)
+	if o.DBParams != "" {
+		sep := "?"
+		if strings.Contains(s.DBURL, "?") {
+			sep = "&"
+		}
+		env = append(env, "DATABASE_URL="+s.DBURL+sep+o.DBParams)
+	}
+	env = append(env, o.Env...)
 	s.names = processNames(o.APIs, o.Workers)
 	for _, name := range s.names {
 		p, err := s.startProcess(ctx, o.Binaries, name, env, workDir, filepath.Join(logDir, id+"-"+name+".log"))
