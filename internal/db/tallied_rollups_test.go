@@ -26,15 +26,9 @@ func TestTalliedStatementsAreLeftToTheirProcess(t *testing.T) {
 	defer pool.Close()
 	_, err = db.Migrate(ctx, pool)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `SELECT ensure_attempt_partitions(1);
-INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-    VALUES ('01a21c5a-0000-7000-8000-000000000001', 't', 1, 1, 1, 1);
-INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-    VALUES ('01a21c5a-0000-7000-8000-000000000002', '01a21c5a-0000-7000-8000-000000000001', 'http://example.com/',
-        '{*}', 's', '{}', '{}', '{}');
-INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
-    VALUES ('01a21c5a-0000-7000-8000-000000000003', '01a21c5a-0000-7000-8000-000000000001', 'a.b', 'k', '\x00', 'normal', '{}')`)
+	_, err = pool.Exec(ctx, `SELECT ensure_attempt_partitions(1)`)
 	require.NoError(t, err)
+	seed := dbtest.Seed(t, pool, 1)
 
 	deliver := func(marked bool, status string) {
 		t.Helper()
@@ -44,13 +38,11 @@ INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, pr
 		}
 		b.Queue(`WITH d AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority)
-    VALUES (uuidv7(), '01a21c5a-0000-7000-8000-000000000001', '01a21c5a-0000-7000-8000-000000000003',
-        '01a21c5a-0000-7000-8000-000000000002', 'normal')
-    RETURNING id, created_at)
+    VALUES (uuidv7(), $1, $2, $3, 'normal')
+    RETURNING id, tenant_id, webhook_id, created_at)
 INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id, status_code,
     duration_ms, scheduled_at, executed_at)
-SELECT id, created_at, 1, '01a21c5a-0000-7000-8000-000000000001', '01a21c5a-0000-7000-8000-000000000002', 500, 5,
-    now(), now() FROM d`)
+SELECT id, created_at, 1, tenant_id, webhook_id, 500, 5, now(), now() FROM d`, seed.Tenant, seed.Event, seed.Webhooks[0])
 		b.Queue(`UPDATE deliveries SET status = $1, attempt_count = 1, completed_at = now()
 WHERE status = 'pending'`, status)
 		require.NoError(t, pool.SendBatch(ctx, b).Close())

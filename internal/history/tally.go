@@ -133,13 +133,7 @@ func (t *Tally) Attempted(a TalliedAttempt) {
 }
 
 func (t *Tally) deliveryCounts(webhook, tenant uuid.UUID, createdAt time.Time) *deliveryCounts {
-	k := tallyKey{webhook: webhook, tenant: tenant, minute: createdAt.Truncate(time.Minute)}
-	d := t.deliveries[k]
-	if d == nil {
-		d = &deliveryCounts{}
-		t.deliveries[k] = d
-	}
-	return d
+	return t.deliveryCountsAt(tallyKey{webhook: webhook, tenant: tenant, minute: createdAt.Truncate(time.Minute)})
 }
 
 // of is the counter of deliveries in state s; pending is not counted
