@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 		log.Info("schema up to date", "version", v)
 	}
 	if err := db.EnsurePartitions(ctx, deps.PG, 14); err != nil {
-		log.Warn("attempt partitions not ensured", "error", err)
+		log.Warn("partitions not ensured", "error", err)
 	}
 	api, err := httpapi.NewStack(cfg, deps.PG, deps.Redis, deps.AMQP, log)
 	if err != nil {

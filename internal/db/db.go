@@ -149,11 +149,16 @@ func migrateDB(ctx context.Context, sqlDB *sql.DB) (uint, error) {
 	return version, nil
 }
 
-// EnsurePartitions creates the daily attempt-log partitions for the coming
-// days. Every process calls it at start; RunPartitioner keeps it up.
+// EnsurePartitions creates the partitions of the coming days: the attempt
+// log's days, the event log's weeks and event_keys' days; it drops the
+// days of event_keys that no repeat can meet any more. Every process calls
+// it at start; RunPartitioner keeps it up.
 func EnsurePartitions(ctx context.Context, pool *pgxpool.Pool, daysAhead int) error {
 	if _, err := pool.Exec(ctx, `SELECT ensure_attempt_partitions($1)`, daysAhead); err != nil {
 		return fmt.Errorf("ensure attempt partitions: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT ensure_event_partitions($1)`, daysAhead); err != nil {
+		return fmt.Errorf("ensure event partitions: %w", err)
 	}
 	return nil
 }
@@ -176,7 +181,7 @@ func SchemaFingerprint() string {
 func RunPartitioner(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	return supervisor.Every(ctx, time.Hour, time.Hour, func(ctx context.Context) {
 		if err := EnsurePartitions(ctx, pool, 14); err != nil && ctx.Err() == nil {
-			log.Warn("attempt partitions not ensured", "error", err)
+			log.Warn("partitions not ensured", "error", err)
 		}
 	})
 }

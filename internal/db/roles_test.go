@@ -171,9 +171,13 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`UPDATE deliveries SET postponed_count = postponed_count + 1 WHERE id = '{delivery}'`, true},
 		{`INSERT INTO circuit_breaker_states (webhook_id, state, updated_at) VALUES ('{webhook}', 'open', now())
 			ON CONFLICT (webhook_id) DO UPDATE SET state = 'open' WHERE circuit_breaker_states.updated_at <= now()`, true},
+		{`INSERT INTO event_keys (tenant_id, idempotency_key, day, event_id)
+			VALUES ('{tenant}', 'n1', (now() AT TIME ZONE 'UTC')::date, gen_random_uuid()) ON CONFLICT DO NOTHING RETURNING event_id`, true},
 		{`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
-			VALUES (gen_random_uuid(), '{tenant}', 'webhook.circuit_opened', 'n1', '\x00', 'high', '{}')
-			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING RETURNING id`, true},
+			VALUES (gen_random_uuid(), '{tenant}', 'webhook.circuit_opened', 'n1', '\x00', 'high', '{}') RETURNING id`, true},
+		{`SELECT ensure_event_partitions(14)`, true},
+		{`DELETE FROM event_keys`, false},
+		{`SELECT drop_event_partition('events_default')`, false},
 		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES (uuidv7(), '{tenant}', '{event}', '{webhook}', 'high')`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
 		// What counts towards disabling a failing webhook, and nothing else
@@ -219,6 +223,13 @@ func TestAPIRoleGrants(t *testing.T) {
 		{`INSERT INTO circuit_breaker_states (webhook_id, state, forced_state, updated_at) VALUES ('{webhook}', 'closed', 'open', now())
 			ON CONFLICT (webhook_id) DO UPDATE SET forced_state = 'open'`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
+		{`SELECT ensure_event_partitions(14)`, true},
+		{`INSERT INTO event_keys (tenant_id, idempotency_key, day, event_id)
+			VALUES ('{tenant}', 'k1', (now() AT TIME ZONE 'UTC')::date, gen_random_uuid()) ON CONFLICT DO NOTHING`, true},
+		{`SELECT e.id FROM event_keys k JOIN events e ON e.id = k.event_id WHERE k.tenant_id = '{tenant}' AND k.idempotency_key = 'k1'`, true},
+		{`DELETE FROM event_keys`, false},
+		{`DELETE FROM events_default`, false},
+		{`SELECT drop_event_partition('events_default')`, false},
 		// Pausing and enabling a webhook records its disabled periods.
 		{`UPDATE webhooks SET active = false, disabled_reason = 'manual', disabled_at = now() WHERE id = '{webhook}'`, true},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
@@ -271,6 +282,19 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`LOCK TABLE ONLY delivery_attempts IN ACCESS EXCLUSIVE MODE`, true},
 		{`SELECT drop_attempt_partition('{old_partition}')`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
+		// Retention drops old weeks of the event log through the one
+		// function that does it, and deletes the events kept by a dropped
+		// week once they are done with.
+		{`SELECT ensure_event_partitions(14)`, true},
+		{`SELECT drop_event_partition('events_default')`, false},
+		{`SELECT drop_event_partition('events')`, false},
+		{`SELECT drop_event_partition('webhooks')`, false},
+		{`SELECT drop_event_partition('events_before')`, true},
+		{`DELETE FROM events_default WHERE id = '{event}'`, true},
+		{`INSERT INTO event_keys (tenant_id, idempotency_key, day, event_id)
+			VALUES ('{tenant}', 'n2', (now() AT TIME ZONE 'UTC')::date, gen_random_uuid()) ON CONFLICT DO NOTHING`, true},
+		{`DELETE FROM event_keys`, false},
+		{`DROP TABLE events_before`, false},
 		// Disabling failing webhooks goes through the one function that
 		// does it, audited; recoveries read a webhook's disabled periods.
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, true},

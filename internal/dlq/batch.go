@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/filter"
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/metrics"
@@ -276,8 +277,13 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		return 0, false, fmt.Errorf("begin chunk: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	// The heartbeat first: it locks the batch row, so a cancel or a
-	// takeover waits for this chunk or makes it stop.
+	// Retries and recoveries add deliveries to stored events: not while
+	// retention drops a week of them.
+	if _, err := tx.Exec(ctx, eventlog.HoldSQL); err != nil {
+		return 0, false, fmt.Errorf("begin chunk: %w", err)
+	}
+	// The heartbeat: it locks the batch row, so a cancel or a takeover
+	// waits for this chunk or makes it stop.
 	tag, err := tx.Exec(ctx, heartbeatSQL, c.id, r.ID)
 	if err != nil {
 		return 0, false, fmt.Errorf("heartbeat: %w", err)

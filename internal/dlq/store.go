@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/fielderr"
 	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/tracing"
@@ -172,6 +173,9 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, eventlog.HoldSQL); err != nil {
+		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
+	}
 
 	var t retryTarget
 	err = tx.QueryRow(ctx, retryTargetSQL, deliveryID, tenantID, webhookID).Scan(&t.status, &t.eventID, &t.createdAt,

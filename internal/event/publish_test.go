@@ -85,3 +85,53 @@ func TestPublishReportsItsCommitAfterTheCallerGaveUp(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE id = $1`, res.ID).Scan(&n))
 	require.Equal(t, 1, n)
 }
+
+// An idempotency key holds for at least a day, whatever the hour of the
+// first publish, and for at most two: a repeat of an event published
+// yesterday (any time yesterday) is that event; once its keys are two
+// days old the key makes a new event, which a lookup by key then finds.
+func TestIdempotencyKeyHoldsForADayWhateverTheHour(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
+	runService(t, svc)
+	tenant := addTenant(t, pool, "t")
+	req := event.Request{EventType: "order.created", Data: json.RawMessage(`{"n":1}`), IdempotencyKey: "order-1"}
+	first, err := svc.Publish(ctx, tenant, req)
+	require.NoError(t, err)
+	require.False(t, first.Replayed)
+	var keys int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM event_keys
+		WHERE tenant_id = $1 AND idempotency_key = 'order-1' AND event_id = $2
+		  AND day IN ((now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + 1)`, tenant, first.ID).Scan(&keys))
+	require.Equal(t, 2, keys, "held today and tomorrow")
+
+	heldSince := func(daysAgo int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `DELETE FROM event_keys WHERE tenant_id = $1`, tenant)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO event_keys (tenant_id, idempotency_key, day, event_id)
+			SELECT $1, 'order-1', (now() AT TIME ZONE 'UTC')::date - $2::int + d, $3 FROM generate_series(0, 1) d`,
+			tenant, daysAgo, first.ID)
+		require.NoError(t, err)
+	}
+	heldSince(1) // as if published yesterday, at whatever hour
+	again, err := svc.Publish(ctx, tenant, req)
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, first.ID, again.ID)
+
+	heldSince(2) // as if published the day before yesterday
+	third, err := svc.Publish(ctx, tenant, req)
+	require.NoError(t, err)
+	require.False(t, third.Replayed, "the key is free again")
+	require.NotEqual(t, first.ID, third.ID)
+	got, err := svc.GetByKey(ctx, tenant, "order-1")
+	require.NoError(t, err)
+	require.Equal(t, third.ID, got.ID, "the latest event of the key")
+
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1`, tenant).Scan(&n))
+	require.Equal(t, 2, n)
+}

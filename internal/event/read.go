@@ -43,7 +43,7 @@ type DeliverySummary struct {
 const (
 	eventColumns = `id, event_type, source, idempotency_key, priority, data, replay_of, correlation_id, created_at`
 	getEventSQL  = `SELECT ` + eventColumns + ` FROM events WHERE tenant_id = $1 AND id = $2`
-	byKeySQL     = `SELECT ` + eventColumns + ` FROM events WHERE tenant_id = $1 AND idempotency_key = $2`
+	byKeySQL     = `SELECT ` + eventColumns + ` FROM events WHERE tenant_id = $1 AND idempotency_key = $2 ORDER BY id DESC LIMIT 1`
 	// Bounded: an event fans out to at most the tenant's webhooks plus their
 	// manual retries.
 	eventDeliveriesSQL = `SELECT id, webhook_id, status, attempt_count, last_status_code, failure_category,
@@ -56,7 +56,8 @@ func (s *Service) Get(ctx context.Context, tenantID, id uuid.UUID) (Event, error
 	return s.load(ctx, getEventSQL, tenantID, id)
 }
 
-// GetByKey returns the tenant's event with idempotency key key. A key no
+// GetByKey returns the tenant's latest event with idempotency key key (a
+// key may be used again once two days old: eventlog.KeysSQL). A key no
 // publish accepts is refused (a *fielderr.Error), not looked up: Postgres
 // would fail the query on invalid UTF-8 or NUL.
 func (s *Service) GetByKey(ctx context.Context, tenantID uuid.UUID, key string) (Event, error) {

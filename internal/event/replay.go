@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/filter"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/tracing"
@@ -32,7 +33,7 @@ var (
 	ErrFilteredOut = errors.New("the webhook's filter does not match the event: change the filter to replay the event to it")
 )
 
-const (
+var (
 	replaySourceSQL = `SELECT data IS NULL, coalesce(traceparent, ''), coalesce(tracestate, ''), event_type, source,
     coalesce(data::text, '')
 FROM events WHERE id = $1 AND tenant_id = $2`
@@ -54,8 +55,8 @@ FROM events WHERE id = $1 AND tenant_id = $2`
                         replay_of, correlation_id, created_at, traceparent, tracestate)
     SELECT $3, tenant_id, event_type, source, $4, request_hash, priority, data, id, $7, $5, nullif($8, ''), nullif($9, '')
     FROM events WHERE id = $1 AND tenant_id = $2 AND NOT EXISTS (SELECT 1 FROM stale)
-    RETURNING id, tenant_id, event_type, priority, created_at
-), ins AS (
+    RETURNING id, tenant_id, event_type, priority, created_at, idempotency_key
+), ` + eventlog.KeysSQL("ev") + `, ins AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
     SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + "%[2]s" + `
     FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
@@ -59,8 +60,9 @@ func (s *Service) WithTracer(t tracing.Tracer) *Service {
 
 // publishSQL inserts a batch of events and fans them out in one statement,
 // hence one transaction: every event of the batch is committed with all its
-// deliveries, or nothing is. Events whose idempotency key exists already
-// (or repeats within the batch) are skipped and return no row; each
+// deliveries, or nothing is. Events whose idempotency key another event
+// holds (eventlog.KeysSQL), or that repeat one within the batch, are
+// skipped and return no row; each
 // inserted event returns one row of its own and one per delivery (a union,
 // not a join of the two lists, which Postgres would run as a nested loop:
 // events times deliveries). Event types are matched by webhook.FilterSQL;
@@ -80,14 +82,15 @@ var publishSQL = `WITH input AS (
     SELECT * FROM unnest($16::int[], $17::uuid[], $18::timestamptz[]) AS k(view, webhook_id, updated_at)
 ), ` + staleViewsSQL + `, refused AS (
     SELECT * FROM unnest($19::uuid[], $20::uuid[]) AS r(event_id, webhook_id)
-), ev AS (
+), fresh AS (
+    SELECT id, tenant_id, idempotency_key FROM input WHERE NOT EXISTS (SELECT 1 FROM stale WHERE stale.view = input.view)
+), ` + eventlog.KeysSQL("fresh") + `, ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
                         traceparent, tracestate)
     SELECT id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data::json, correlation_id, created_at,
            nullif(traceparent, ''), nullif(tracestate, '')
     FROM input
-    WHERE NOT EXISTS (SELECT 1 FROM stale WHERE stale.view = input.view)
-    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    WHERE id IN (SELECT event_id FROM keyed)
     RETURNING id, tenant_id, event_type, priority, created_at
 ), ins AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
@@ -112,9 +115,8 @@ const staleViewsSQL = `stale AS (
       AND NOT EXISTS (SELECT 1 FROM known k WHERE k.view = v.view AND k.webhook_id = w.id AND k.updated_at = w.updated_at)
 )`
 
-const existingSQL = `SELECT e.id, e.request_hash, e.event_type, e.priority, e.created_at,
-    (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)
-FROM events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2`
+var existingSQL = eventlog.OwnerSQL(`e.id, e.request_hash, e.event_type, e.priority, e.created_at,
+    (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)`)
 
 // Publish accepts an event for tenantID: validates it, returns the original
 // event for a repeated idempotency key with the same request, refuses one
@@ -243,7 +245,7 @@ func (s *Service) existing(ctx context.Context, tenantID uuid.UUID, key string, 
 
 // The Redis fast path remembers accepted producer-given keys for 24 hours so
 // that repeats are answered without a database round trip (generated keys
-// cannot repeat and skip it). Postgres's unique constraint
+// cannot repeat and skip it). event_keys' primary key (eventlog.KeysSQL)
 // stays the authority: when Redis is down or has forgotten, the database
 // answers the same.
 const cacheTTL = 24 * time.Hour

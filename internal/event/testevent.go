@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
@@ -28,8 +29,8 @@ var testEventSQL = `WITH hook AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at)
     SELECT $1, $2, '` + TestEventType + `', 'hookline', $3, $4, 'normal', $5::json, $6, $7
     WHERE EXISTS (SELECT 1 FROM hook)
-    RETURNING id, tenant_id, event_type, priority, created_at
-)
+    RETURNING id, tenant_id, event_type, priority, created_at, idempotency_key
+), ` + eventlog.KeysSQL("ev") + `
 INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
 SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + webhook.OrderKeySQL("w", "ev.event_type") + `
 FROM ev, hook w

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/webhook"
@@ -89,12 +90,12 @@ var subscribedSQL = SubscribedSQL("w.events", "ev.event_type")
 // recordSQL inserts the notification event and its deliveries in one
 // statement. The deliveries are not marked enqueued: the caller enqueues
 // the returned tasks, or the outbox relay does a few seconds later.
-var recordSQL = `WITH ev AS (
+var recordSQL = `WITH ` + eventlog.KeysSQL(`(SELECT $1::uuid AS id, $2::uuid AS tenant_id, $4::text AS idempotency_key) AS n`) + `, ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data,
                         correlation_id, created_at, traceparent, tracestate)
-    VALUES ($1, $2, $3, '` + Source + `', $4, sha256(convert_to($4, 'UTF8')), 'high', $5, $8, $6,
-            nullif($9, ''), nullif($10, ''))
-    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    SELECT $1, $2, $3::text, '` + Source + `', $4, sha256(convert_to($4, 'UTF8')), 'high', $5::json, $8::text, $6::timestamptz,
+           nullif($9::text, ''), nullif($10::text, '')
+    WHERE EXISTS (SELECT 1 FROM keyed)
     RETURNING id, tenant_id, event_type, created_at
 ), ins AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)

@@ -39,7 +39,7 @@ func RunService(ctx context.Context, name string, args []string, build Build) er
 	}
 	defer deps.Close()
 	if err := db.EnsurePartitions(ctx, deps.PG, 14); err != nil {
-		log.Warn("attempt partitions not ensured (has the api migrated the schema?)", "error", err)
+		log.Warn("partitions not ensured (has the api migrated the schema?)", "error", err)
 	}
 	group := supervisor.New(log)
 	checks := deps.Checks()

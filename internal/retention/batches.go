@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookline/hookline/internal/eventlog"
 )
 
 // pruneDeliveries deletes the old deliveries that are done with.
@@ -14,9 +17,11 @@ func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error
 	return j.byPages(ctx, pruneDeliveriesSQL, c.attempts, &rep.Deliveries)
 }
 
-// pruneEvents deletes the old events left without deliveries.
+// pruneEvents deletes the old events of the default partition left
+// without deliveries, holding off the retries and recoveries that could
+// give one a delivery meanwhile (eventlog.HoldSQL), a page at a time.
 func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.byPages(ctx, pruneEventsSQL, c.attempts, &rep.Events)
+	return j.byLockedPages(ctx, eventlog.LockDropsSQL, pruneEventsSQL, c.attempts, &rep.Events)
 }
 
 // prunePayloads clears the payloads of old, fully delivered events.
@@ -65,12 +70,19 @@ func (j *Job) untilNone(ctx context.Context, n *int64, query string, args ...any
 // until a page comes back empty. Each page is its own transaction, so no
 // lock is held longer than one page takes.
 func (j *Job) byPages(ctx context.Context, query string, cutoff time.Time, n *int64) error {
+	return j.byLockedPages(ctx, "", query, cutoff, n)
+}
+
+// byLockedPages is byPages with each page's transaction running lock
+// first, unless it is empty: the page's statement, taking its snapshot
+// after, sees what the transactions the lock waited for committed.
+func (j *Job) byLockedPages(ctx context.Context, lock, query string, cutoff time.Time, n *int64) error {
 	bound := idBound(cutoff)
 	after := uuid.Nil
 	for {
 		var last *uuid.UUID
 		var changed int64
-		if err := j.pool.QueryRow(ctx, query, after, bound, j.cfg.BatchSize, cutoff).Scan(&last, &changed); err != nil {
+		if err := j.page(ctx, lock, query, after, bound, cutoff).Scan(&last, &changed); err != nil {
 			return fmt.Errorf("page after %s: %w", after, err)
 		}
 		*n += changed
@@ -79,6 +91,32 @@ func (j *Job) byPages(ctx context.Context, query string, cutoff time.Time, n *in
 		}
 		after = *last
 	}
+}
+
+// page runs one page of a batch statement, after lock in the same
+// transaction when there is one.
+func (j *Job) page(ctx context.Context, lock, query string, after, bound uuid.UUID, cutoff time.Time) pgx.Row {
+	if lock == "" {
+		return j.pool.QueryRow(ctx, query, after, bound, j.cfg.BatchSize, cutoff)
+	}
+	b := &pgx.Batch{}
+	b.Queue(lock)
+	b.Queue(query, after, bound, j.cfg.BatchSize, cutoff)
+	return &batchRow{results: j.pool.SendBatch(ctx, b)}
+}
+
+// batchRow is the row of the last statement of a two-statement batch.
+type batchRow struct{ results pgx.BatchResults }
+
+func (r *batchRow) Scan(dest ...any) error {
+	defer r.results.Close()
+	if _, err := r.results.Exec(); err != nil {
+		return err
+	}
+	if err := r.results.QueryRow().Scan(dest...); err != nil {
+		return err
+	}
+	return r.results.Close()
 }
 
 // pruneDefaultPartition deletes the old rows of the default attempt

@@ -46,6 +46,12 @@ BEGIN
     END LOOP;
     PERFORM ensure_attempt_partitions(14);
 END $$`)
+	// The event log as a live system has it once the events from before
+	// its partitioning are gone: weeks from yesterday's on (eventWeek adds
+	// older ones), the default partition for the rest.
+	f.exec(`ALTER TABLE events DETACH PARTITION events_before`)
+	f.exec(`DROP TABLE events_before`)
+	f.exec(`SELECT ensure_event_partitions(14)`)
 	f.exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
 		VALUES ($1, 't', 1, 1, 1, 1)`, f.tenant)
 	f.exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
@@ -102,6 +108,18 @@ func (f *fixture) partition(at time.Time) string {
 	name := "delivery_attempts_" + day.Format("20060102")
 	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF delivery_attempts FOR VALUES FROM ('%s') TO ('%s')`,
 		name, day.Format(time.RFC3339), day.Add(24*time.Hour).Format(time.RFC3339)))
+	return name
+}
+
+// eventWeek creates the partition of the event log for the week (from
+// Monday, UTC) that at falls in, and returns its name.
+func (f *fixture) eventWeek(at time.Time) string {
+	f.t.Helper()
+	day := at.UTC().Truncate(24 * time.Hour)
+	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+	name := "events_" + monday.Format("20060102")
+	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF events FOR VALUES FROM ('%s') TO ('%s')`,
+		name, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
 	return name
 }
 

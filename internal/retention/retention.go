@@ -1,8 +1,10 @@
 // Package retention removes old data (docs/DESIGN.md §14). On each run it drops the
 // daily partitions of the attempt log that are entirely older than the
 // attempts age, deletes succeeded and cancelled deliveries of that age and
-// exhausted ones a retry has resolved, deletes events left without
-// deliveries, and clears the payload of fully delivered events older than
+// exhausted ones a retry has resolved, drops the weekly partitions of the
+// event log entirely of that age (moving the events that deliveries still
+// name to its default partition), deletes the events of the default
+// partition left without deliveries, and clears the payload of fully delivered events older than
 // the payload age. Exhausted deliveries that no retry has resolved are kept
 // whatever their age, with their attempts and their event's payload, so
 // that the DLQ can still show and retry them.
@@ -57,8 +59,14 @@ type Report struct {
 	Deliveries int64
 	// Payloads is the event payloads cleared.
 	Payloads int64
-	// Events is the events deleted.
+	// Events is the events deleted one by one: those of the default
+	// partition of the event log.
 	Events int64
+	// EventPartitions is the weeks of the event log dropped, and
+	// EventsKept the events they held that deliveries still named, moved
+	// to the default partition.
+	EventPartitions int64
+	EventsKept      int64
 	// AttemptsRetained is the attempts copied out of dropped partitions
 	// because their delivery is kept.
 	AttemptsRetained int64
@@ -125,6 +133,7 @@ func (j *Job) Once(ctx context.Context, now time.Time) (Report, error) {
 		{"deliveries", j.pruneDeliveries},
 		{"attempt_partitions", j.dropPartitions},
 		{"default_partition", j.pruneDefaultPartition},
+		{"event_partitions", j.dropEventPartitions},
 		{"events", j.pruneEvents},
 		{"payloads", j.prunePayloads},
 		{"portal_sessions", j.pruneSessions},
@@ -151,7 +160,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 	for kind, n := range map[string]int64{
 		"attempts": rep.Attempts, "attempt_partitions": rep.AttemptPartitions,
 		"deliveries": rep.Deliveries, "payloads": rep.Payloads, "events": rep.Events,
-		"portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses, "rollups": rep.Rollups,
+		"event_partitions": rep.EventPartitions, "portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses, "rollups": rep.Rollups,
 	} {
 		metrics.RetentionPruned.WithLabelValues(kind).Add(float64(n))
 	}
@@ -159,6 +168,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 		"attempts", rep.Attempts, "attempt_partitions", rep.AttemptPartitions,
 		"deliveries", rep.Deliveries, "payloads", rep.Payloads, "events", rep.Events,
 		"attempts_retained", rep.AttemptsRetained, "partitions_skipped", rep.PartitionsSkipped,
+		"event_partitions", rep.EventPartitions, "events_kept", rep.EventsKept,
 		"portal_sessions", rep.PortalSessions, "webhook_pauses", rep.Pauses, "rollups", rep.Rollups,
 		"duration_ms", took.Milliseconds(),
 	}

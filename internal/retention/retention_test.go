@@ -40,6 +40,7 @@ func TestOnceRemovesOldDataAndKeepsWhatIsStillNeeded(t *testing.T) {
 	recent := now.Add(-10 * 24 * time.Hour) // older than the payload age only
 	fresh := now.Add(-2 * 24 * time.Hour)
 	part := f.partition(old)
+	week := f.eventWeek(old) // older: in the default partition
 
 	// Old, attempts in the old partition (16 rows).
 	evA := f.event(old)
@@ -92,11 +93,16 @@ func TestOnceRemovesOldDataAndKeepsWhatIsStillNeeded(t *testing.T) {
 		AttemptPartitions: 1,
 		Deliveries:        9, // a1, c1, c2, d1, e1, e2, e3, g1, v1
 		Payloads:          3, // evD, evP, evT
-		Events:            6, // evA, evC, evE, evG, evU, evV
+		Events:            1, // evV, from the default partition
+		EventPartitions:   1, // evA, evC, evE, evG and evU went with it
+		EventsKept:        4, // evB, evD, evF, evH, moved to the default partition
 		AttemptsRetained:  6, // b1's 3, f1's, f2's, h1's
 	}, rep)
 
 	require.False(t, f.exists(part), "the old partition is dropped")
+	require.False(t, f.exists(week), "the old week of events is dropped")
+	require.Equal(t, 6, f.count(`SELECT count(*) FROM events_default WHERE id = ANY($1)`,
+		[]uuid.UUID{evB, evD, evF, evH, evW, evQ}), "the kept events are in the default partition")
 	for _, id := range []uuid.UUID{a1, c1, c2, d1, e1, e2, e3, g1, v1} {
 		require.False(t, f.deliveryExists(id), "delivery %s", id)
 	}
@@ -129,7 +135,7 @@ func TestOnceRemovesOldDataAndKeepsWhatIsStillNeeded(t *testing.T) {
 
 	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.RetentionPruned.WithLabelValues("attempt_partitions"))-partitionsBefore, 1.0)
 	require.GreaterOrEqual(t, testutil.ToFloat64(metrics.RetentionLastSuccess), float64(now.Unix()))
-	require.Contains(t, f.logs.String(), `msg="retention run" attempts=12 attempt_partitions=1 deliveries=9 payloads=3 events=6`)
+	require.Contains(t, f.logs.String(), `msg="retention run" attempts=12 attempt_partitions=1 deliveries=9 payloads=3 events=1`)
 
 	rep, err = f.job().Once(f.ctx, now.Add(time.Minute))
 	require.NoError(t, err)

@@ -44,12 +44,14 @@ const pruneDeliveriesSQL = `WITH page AS MATERIALIZED (
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
 
-// pruneEventsSQL deletes old events that have no delivery left. Events
-// replaying one of them lose their link (replay_of is ON DELETE SET NULL).
+// pruneEventsSQL deletes old events of the default partition that have no
+// delivery left: the ones a dropped week kept (see dropEventPartitions), and
+// any whose id fell in no week. The weeks go whole. Events replaying one of
+// them keep its id in replay_of.
 const pruneEventsSQL = `WITH page AS MATERIALIZED (
-    SELECT id FROM events WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+    SELECT id FROM events_default WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
 ), gone AS (
-    DELETE FROM events e USING page
+    DELETE FROM events_default e USING page
     WHERE e.id = page.id AND e.created_at < $4
       AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
     RETURNING 1
@@ -192,3 +194,18 @@ DELETE FROM dead_letter_rollups r USING page
 WHERE (r.tenant_id, r.hourly, r.at, r.webhook_id, r.event_type, r.failure_category)
     = (page.tenant_id, page.hourly, page.at, page.webhook_id, page.event_type, page.failure_category)`
 )
+
+// oldEventPartitionsSQL lists the weekly partitions of the event log whose
+// upper bound (a UUIDv7, read back from the catalog by $2) is at or below
+// $1, oldest first. The default partition has no bound and never matches.
+const oldEventPartitionsSQL = `SELECT name FROM (
+    SELECT c.oid::regclass::text AS name, substring(pg_get_expr(c.relpartbound, c.oid) FROM $2)::uuid AS hi
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'events'::regclass
+) p
+WHERE hi <= $1
+ORDER BY hi`
+
+// dropEventPartitionSQL drops the partition $1 (see the function in
+// migration 16) and returns how many of its events it kept.
+const dropEventPartitionSQL = `SELECT drop_event_partition($1::regclass)`

@@ -77,16 +77,16 @@ func Create(migrated bool) (string, func(), error) {
 	}
 	url := withDatabase(AdminURL(), name)
 	if migrated {
-		// The template's daily attempt partitions were made the day it was
-		// built; make today's and the next ones exist here.
+		// The template's partitions were made the day it was built; make
+		// today's and the next ones exist here.
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
-			_, err = conn.Exec(ctx, `SELECT ensure_attempt_partitions(14)`)
+			_, err = conn.Exec(ctx, `SELECT ensure_attempt_partitions(14), ensure_event_partitions(14)`)
 			conn.Close(ctx)
 		}
 		if err != nil {
 			drop(name)
-			return "", nil, fmt.Errorf("attempt partitions of the test database: %w", err)
+			return "", nil, fmt.Errorf("partitions of the test database: %w", err)
 		}
 	}
 	return url, func() { drop(name) }, nil
