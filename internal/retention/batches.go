@@ -17,11 +17,25 @@ func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error
 	return j.byPages(ctx, pruneDeliveriesSQL, c.attempts, &rep.Deliveries)
 }
 
-// pruneEvents deletes the old events of the default partition left
-// without deliveries, holding off the retries and recoveries that could
-// give one a delivery meanwhile (eventlog.HoldSQL), a page at a time.
+// pruneEvents deletes the old events left without deliveries from the
+// partitions of the event log that are not weeks, holding off the retries
+// and recoveries that could give one a delivery meanwhile
+// (eventlog.HoldSQL), a page at a time.
 func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.byLockedPages(ctx, eventlog.LockDropsSQL, pruneEventsSQL, c.attempts, &rep.Events)
+	rows, err := j.pool.Query(ctx, rowPartitionsSQL)
+	if err != nil {
+		return fmt.Errorf("list event partitions: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list event partitions: %w", err)
+	}
+	for _, name := range names {
+		if err := j.byLockedPages(ctx, eventlog.LockDropsSQL, fmt.Sprintf(pruneEventsSQL, name), c.attempts, &rep.Events); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // prunePayloads clears the payloads of old, fully delivered events.

@@ -100,3 +100,29 @@ func TestAWeekDropWaitsForTheDeliveriesAddedToItsEvents(t *testing.T) {
 	require.True(t, f.eventExists(missed), "the recovered delivery's event is kept")
 	require.Equal(t, 1, f.count(`SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.id = $1`, recovered))
 }
+
+// In a database migrated from a release before the weeks, the old events
+// of events_before go one by one, as they did, until the partition is old
+// enough to drop whole.
+func TestOncePrunesTheEventsFromBeforeTheWeeksOneByOne(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	day := now.Truncate(24 * time.Hour)
+	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+	f.exec(`CREATE TABLE events_before PARTITION OF events FOR VALUES FROM (MINVALUE) TO ('` + idBound(monday).String() + `')`)
+	old := day.Add(-100*24*time.Hour + 12*time.Hour)
+	done := f.event(old)
+	f.delivery(done, old, "succeeded", nil, 0)
+	dlq := f.event(old)
+	f.delivery(dlq, old, "exhausted", nil, 0)
+	require.Equal(t, 2, f.count(`SELECT count(*) FROM events_before`))
+
+	rep, err := f.job().Once(f.ctx, now)
+	require.NoError(t, err)
+	rep.Rollups = 0 // TestOncePrunesOldRollups
+	require.Equal(t, Report{Deliveries: 1, Events: 1}, rep)
+	require.True(t, f.exists("events_before"))
+	require.False(t, f.eventExists(done))
+	require.True(t, f.eventExists(dlq) && f.hasPayload(dlq))
+}

@@ -44,19 +44,27 @@ const pruneDeliveriesSQL = `WITH page AS MATERIALIZED (
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
 
-// pruneEventsSQL deletes old events of the default partition that have no
-// delivery left: the ones a dropped week kept (see dropEventPartitions), and
-// any whose id fell in no week. The weeks go whole. Events replaying one of
-// them keep its id in replay_of.
+// pruneEventsSQL deletes old events that have no delivery left from a
+// partition of the event log that is not a week (%s): the default one,
+// which holds the events dropped weeks kept (see dropEventPartitions) and
+// any whose id fell in no week, and events_before, the table of a release
+// before the weeks, until it goes whole. The weeks go whole. Events
+// replaying one of them keep its id in replay_of.
 const pruneEventsSQL = `WITH page AS MATERIALIZED (
-    SELECT id FROM events_default WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+    SELECT id FROM %[1]s WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
 ), gone AS (
-    DELETE FROM events_default e USING page
+    DELETE FROM %[1]s e USING page
     WHERE e.id = page.id AND e.created_at < $4
       AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
     RETURNING 1
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
+
+// rowPartitionsSQL lists the partitions of the event log whose events
+// retention deletes one by one: all but the weeks.
+const rowPartitionsSQL = `SELECT c.oid::regclass::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'events'::regclass AND c.relname !~ '^events_[0-9]{8}$'
+ORDER BY c.relname`
 
 // prunePayloadsSQL clears the payload of old events that are fully
 // delivered: no delivery is kept (every one succeeded, was cancelled, or
