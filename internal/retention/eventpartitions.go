@@ -2,7 +2,6 @@ package retention
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -24,21 +23,8 @@ func (j *Job) dropEventPartitions(ctx context.Context, c cutoffs, rep *Report) e
 	if err != nil {
 		return fmt.Errorf("list event partitions: %w", err)
 	}
-	var errs []error
-	for _, name := range names {
-		err := j.dropEventPartition(ctx, name, rep)
-		switch {
-		case errors.Is(err, errBusy):
-			rep.PartitionsSkipped++
-			j.log.Warn("event partition left for the next run", "partition", name, "error", err)
-		case err != nil:
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				return errors.Join(errs...)
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return dropEach(ctx, j, "event partition", names, func(name string) string { return name },
+		func(name string) error { return j.dropEventPartition(ctx, name, rep) }, rep)
 }
 
 // dropEventPartition drops one week in one transaction. It first waits for

@@ -25,11 +25,7 @@ func TestOnceLeavesABusyWeekOfEventsForTheNextRun(t *testing.T) {
 	exhausted := f.delivery(dlq, old, "exhausted", nil, 0)
 
 	// A long reader of the event log.
-	reader, err := f.pool.Begin(f.ctx)
-	require.NoError(t, err)
-	defer reader.Rollback(context.Background()) //nolint:errcheck
-	_, err = reader.Exec(f.ctx, `SELECT count(*) FROM events`)
-	require.NoError(t, err)
+	reader := f.longReader("events")
 
 	job := f.job()
 	job.lockTimeout = 100 * time.Millisecond

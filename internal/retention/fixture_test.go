@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -121,6 +122,18 @@ func (f *fixture) eventWeek(at time.Time) string {
 	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF events FOR VALUES FROM ('%s') TO ('%s')`,
 		name, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
 	return name
+}
+
+// longReader starts a transaction that has read table and holds its lock
+// until the test ends or it is rolled back.
+func (f *fixture) longReader(table string) pgx.Tx {
+	f.t.Helper()
+	reader, err := f.pool.Begin(f.ctx)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = reader.Rollback(context.Background()) })
+	_, err = reader.Exec(f.ctx, `SELECT count(*) FROM `+table)
+	require.NoError(f.t, err)
+	return reader
 }
 
 func (f *fixture) exists(table string) bool {

@@ -40,13 +40,22 @@ func (j *Job) dropPartitions(ctx context.Context, c cutoffs, rep *Report) error 
 	if err != nil {
 		return fmt.Errorf("list attempt partitions: %w", err)
 	}
+	return dropEach(ctx, j, "attempt partition", parts, func(p partition) string { return p.name },
+		func(p partition) error { return j.dropPartition(ctx, p, rep) }, rep)
+}
+
+// dropEach drops each of parts with drop, oldest first. A partition whose
+// lock is not obtained in time (errBusy) is left for the next run, with a
+// warning naming its kind; the others are dropped whatever the errors of
+// the rest, which it returns joined.
+func dropEach[P any](ctx context.Context, j *Job, kind string, parts []P, name func(P) string, drop func(P) error, rep *Report) error {
 	var errs []error
 	for _, p := range parts {
-		err := j.dropPartition(ctx, p, rep)
+		err := drop(p)
 		switch {
 		case errors.Is(err, errBusy):
 			rep.PartitionsSkipped++
-			j.log.Warn("attempt partition left for the next run", "partition", p.name, "error", err)
+			j.log.Warn(kind+" left for the next run", "partition", name(p), "error", err)
 		case err != nil:
 			errs = append(errs, err)
 			if ctx.Err() != nil {

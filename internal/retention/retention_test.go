@@ -303,11 +303,7 @@ func TestOnceLeavesABusyPartitionForTheNextRun(t *testing.T) {
 	done := f.delivery(f.event(old), old, "succeeded", nil, 2)
 
 	// A long reader of the attempt log.
-	reader, err := f.pool.Begin(f.ctx)
-	require.NoError(t, err)
-	defer reader.Rollback(context.Background()) //nolint:errcheck
-	_, err = reader.Exec(f.ctx, `SELECT count(*) FROM delivery_attempts`)
-	require.NoError(t, err)
+	reader := f.longReader("delivery_attempts")
 
 	job := f.job()
 	job.lockTimeout = 100 * time.Millisecond
