@@ -439,3 +439,27 @@ func TestPoolConnectionsEndSpreadOut(t *testing.T) {
 		require.Equal(t, tc.jitter, cfg.MaxConnLifetimeJitter, tc.params)
 	}
 }
+
+// Statements run without parallel workers, whose start costs more than the
+// bounded reads they would share, unless the URL asks for them.
+func TestPoolsRunStatementsWithoutParallelWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t, false)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct{ url, want string }{
+		{url, "0"},
+		{url + sep + "max_parallel_workers_per_gather=1", "1"},
+	} {
+		pool, err := db.Open(ctx, tc.url, 1)
+		require.NoError(t, err)
+		var got string
+		err = pool.QueryRow(ctx, `SHOW max_parallel_workers_per_gather`).Scan(&got)
+		pool.Close()
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, tc.url)
+	}
+}
