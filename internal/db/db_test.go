@@ -323,6 +323,66 @@ func TestAnalyzeStaleWaitsForTheLastAnalysisToAgeUnlessTheTableDoubled(t *testin
 	require.Empty(t, under, "100 rows beside 1300 is under 50 + 10 %")
 }
 
+// A partitioned table gets statistics of its own, which the planner reads
+// for the table as a whole, once its partitions hold rows; it is analyzed
+// before the partitions, which its analysis covers, and again by the same
+// thresholds as a table, counted in its partitions' rows.
+func TestAnalyzeStaleAnalyzesPartitionedTablesAsAWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	insertEvents := func(n int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority)
+SELECT uuidv7(), t.id, 'order.' || (g % 7), 'k' || g || '-' || gen_random_uuid(), '\x00', 'normal'
+FROM generate_series(1, $1::int) g, (SELECT id FROM tenants LIMIT 1) t`, n)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+	}
+	inherited := func() (rows float64, typed int) {
+		t.Helper()
+		require.NoError(t, pool.QueryRow(ctx, `SELECT c.reltuples,
+    (SELECT count(*) FROM pg_stats s WHERE s.tablename = 'events' AND s.inherited AND s.attname = 'event_type')
+FROM pg_class c WHERE c.oid = 'events'::regclass`).Scan(&rows, &typed))
+		return rows, typed
+	}
+	tenantsConn(t, pool, 1, "parent-", `SELECT pg_stat_force_next_flush()`)
+	_, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	rows, typed := inherited()
+	require.EqualValues(t, -1, rows, "an empty event log is not analyzed")
+	require.Zero(t, typed)
+
+	insertEvents(400)
+	first, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, first)
+	require.Equal(t, "public.events", first[0], "the partitioned table before its partitions")
+	for _, name := range first[1:] {
+		require.NotContains(t, name, "public.events_", "its partitions were analyzed with it")
+	}
+	rows, typed = inherited()
+	require.EqualValues(t, 400, rows)
+	require.Equal(t, 1, typed, "statistics of the event log as a whole")
+
+	// 100 events beside 400: past the 10 % threshold, short of doubling.
+	insertEvents(100)
+	fresh, err := db.AnalyzeStale(ctx, pool)
+	require.NoError(t, err)
+	require.NotContains(t, fresh, "public.events", "analyzed a moment ago")
+	aged, err := db.AnalyzeStaleAfter(ctx, pool, 0)
+	require.NoError(t, err)
+	require.Contains(t, aged, "public.events", "last analysis older than the wait")
+	rows, _ = inherited()
+	require.EqualValues(t, 500, rows)
+
+	insertEvents(20)
+	under, err := db.AnalyzeStaleAfter(ctx, pool, 0)
+	require.NoError(t, err)
+	require.NotContains(t, under, "public.events", "20 events beside 500 is under 50 + 10 %")
+}
+
 // A table once analyzed is analyzed again on its changes alone, even when
 // the count of its live rows is lost (statistics reset, crash recovery)
 // and only updates have come since.
