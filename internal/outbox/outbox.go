@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/batch"
+	"github.com/hookline/hookline/internal/duescan"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/supervisor"
@@ -269,6 +270,11 @@ type execer interface {
 // enqueued Age after it was due: new deliveries the api could not publish,
 // and retries a worker recorded but could not schedule. Rows are claimed with FOR UPDATE SKIP LOCKED, so
 // several api processes share the work instead of all republishing it.
+//
+// A pass reads deliveries_outbox_idx, whose entries of deliveries long
+// enqueued stay until a vacuum: most passes begin shortly before the
+// previous one's due time instead of at the oldest entry, and one a
+// minute reads from the oldest (package duescan).
 type Relay struct {
 	pool     *pgxpool.Pool
 	pub      publisher
@@ -276,26 +282,47 @@ type Relay struct {
 	Age      time.Duration
 	Interval time.Duration
 	Batch    int
+	// Scan bounds the passes.
+	Scan duescan.Bound
 }
 
 // NewRelay returns a relay with the default timings: deliveries older than
-// 5 s, checked every second, 1000 per transaction.
+// 5 s, checked every second, 1000 per transaction, from the oldest once a
+// minute and otherwise from 10 s before the previous pass's due time.
 func NewRelay(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Relay {
-	return &Relay{pool: pool, pub: pub, log: log, Age: 5 * time.Second, Interval: time.Second, Batch: 1000}
+	return &Relay{pool: pool, pub: pub, log: log, Age: 5 * time.Second, Interval: time.Second, Batch: 1000,
+		Scan: duescan.Bound{Margin: 10 * time.Second, FullEvery: time.Minute}}
 }
 
 const (
-	staleSQL = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id
+	// dueBoundSQL is the due time of a pass: deliveries due before it
+	// are stale.
+	dueBoundSQL = `SELECT now() - $1::interval`
+
+	// staleSQL selects the stale deliveries due before $1, up to $2 of
+	// them, oldest first, and only those due at or after $3 when it is
+	// not NULL. The two plans are separate statements, so that a generic
+	// plan of the second keeps $3 as its index's lower bound.
+	staleSQL = staleColumns + `
+  AND coalesce(d.next_attempt_at, d.created_at) < $1
+` + staleOrder
+	staleSinceSQL = staleColumns + `
+  AND coalesce(d.next_attempt_at, d.created_at) < $1 AND coalesce(d.next_attempt_at, d.created_at) >= $3
+` + staleOrder
+	staleColumns = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id
 FROM deliveries d JOIN events e ON e.id = d.event_id
-WHERE d.enqueued_at IS NULL AND d.parked_at IS NULL AND d.status IN ('pending', 'retrying')
-  AND coalesce(d.next_attempt_at, d.created_at) < now() - $1::interval
-ORDER BY coalesce(d.next_attempt_at, d.created_at)
+WHERE d.enqueued_at IS NULL AND d.parked_at IS NULL AND d.status IN ('pending', 'retrying')`
+	staleOrder = `ORDER BY coalesce(d.next_attempt_at, d.created_at)
 LIMIT $2
 FOR UPDATE OF d SKIP LOCKED`
 
+	// backlogSQL counts the deliveries due and not confirmed enqueued,
+	// and how long the oldest has been due; backlogSinceSQL only those
+	// due at or after $1, the bound of the relay's next pass.
 	backlogSQL = `SELECT count(*), coalesce(extract(epoch FROM now() - min(coalesce(next_attempt_at, created_at))), 0)
 FROM deliveries WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('pending', 'retrying')
   AND coalesce(next_attempt_at, created_at) < now()`
+	backlogSinceSQL = backlogSQL + ` AND coalesce(next_attempt_at, created_at) >= $1`
 )
 
 // Run relays until ctx ends.
@@ -321,8 +348,19 @@ func (r *Relay) Run(ctx context.Context) error {
 // Pass republishes one batch of stale deliveries and reports how many.
 func (r *Relay) Pass(ctx context.Context) (int, error) {
 	var n int
+	var due time.Time
+	pass := r.Scan.Start(time.Now())
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, staleSQL, r.Age, r.Batch)
+		if err := tx.QueryRow(ctx, dueBoundSQL, r.Age).Scan(&due); err != nil {
+			return fmt.Errorf("select stale deliveries: %w", err)
+		}
+		var rows pgx.Rows
+		var err error
+		if pass.Full() {
+			rows, err = tx.Query(ctx, staleSQL, due, r.Batch)
+		} else {
+			rows, err = tx.Query(ctx, staleSinceSQL, due, r.Batch, pass.Since)
+		}
 		if err != nil {
 			return fmt.Errorf("select stale deliveries: %w", err)
 		}
@@ -347,16 +385,27 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 		r.log.Info("outbox relay republished deliveries", "deliveries", n)
 		return nil
 	})
+	if err == nil {
+		r.Scan.Done(pass, due, n, r.Batch)
+	}
 	if errors.Is(err, context.Canceled) {
 		return n, nil
 	}
 	return n, err
 }
 
+// observeBacklog sets the backlog's gauges from the deliveries the relay's
+// next pass reads: while its passes fail (the broker is down), they go on
+// reading from the last one that succeeded, and so count every delivery
+// due since.
 func (r *Relay) observeBacklog(ctx context.Context) {
 	var count int64
 	var lag float64
-	if err := r.pool.QueryRow(ctx, backlogSQL).Scan(&count, &lag); err != nil {
+	sql, args := backlogSQL, []any{}
+	if p := r.Scan.Start(time.Now()); !p.Full() {
+		sql, args = backlogSinceSQL, []any{p.Since}
+	}
+	if err := r.pool.QueryRow(ctx, sql, args...).Scan(&count, &lag); err != nil {
 		return
 	}
 	metrics.OutboxBacklog.Set(float64(count))

@@ -263,3 +263,48 @@ func TestMarkLoopGathersBatchesDueTogether(t *testing.T) {
 	close(marks)
 	<-done
 }
+
+// A relay pass reads from shortly before the previous pass's due time,
+// not from the oldest entry of the outbox's index, which keeps an entry
+// for every delivery enqueued since the last vacuum; a delivery that joins
+// with an older due time (a lost message the sweep found) waits for the
+// pass that reads from the oldest, once every FullEvery.
+func TestRelayPassesReadFromTheLastPassOnAndFromTheOldestEveryFullEvery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	ids := seedDeliveries(t, pool, 3)
+	due := func(id uuid.UUID, ago string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `UPDATE deliveries SET created_at = now() - $2::interval WHERE id = $1`, id, ago)
+		require.NoError(t, err)
+	}
+	pass := func(r *Relay) int {
+		t.Helper()
+		n, err := r.Pass(ctx)
+		require.NoError(t, err)
+		return n
+	}
+	for _, id := range ids {
+		due(id, "0 seconds")
+	}
+	r := NewRelay(pool, &fakePublisher{}, slog.New(slog.DiscardHandler))
+	r.Scan.FullEvery = time.Hour
+
+	due(ids[0], "1 hour")
+	require.Equal(t, 1, pass(r), "the first pass reads from the oldest entry")
+	require.True(t, enqueued(t, pool, ids[0]))
+
+	due(ids[1], "10 minutes")
+	require.Zero(t, pass(r), "due long before the last pass")
+	require.False(t, enqueued(t, pool, ids[1]))
+
+	due(ids[2], "6 seconds")
+	require.Equal(t, 1, pass(r), "due since the last pass")
+	require.True(t, enqueued(t, pool, ids[2]))
+	require.False(t, enqueued(t, pool, ids[1]))
+
+	r.Scan.FullEvery = 0
+	require.Equal(t, 1, pass(r), "the pass from the oldest entry")
+	require.True(t, enqueued(t, pool, ids[1]))
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/hookline/hookline/internal/duescan"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/supervisor"
@@ -44,29 +45,47 @@ type Waker struct {
 	Lead time.Duration
 	// Batch bounds the deliveries of one pass.
 	Batch int
+	// Scan bounds the passes: deliveries_wake_idx keeps an entry for
+	// every delivery parked since the last vacuum, so most passes begin
+	// shortly before the previous one's due time, and one a minute at
+	// the oldest entry (package duescan).
+	Scan duescan.Bound
 }
 
 // NewWaker returns a waker with the default timings: every 100 ms,
-// publishing what is due within the next 100 ms, 500 at a time.
+// publishing what is due within the next 100 ms, 500 at a time, from the
+// oldest once a minute and otherwise from 10 s before the previous pass's
+// due time.
 func NewWaker(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Waker {
-	return &Waker{pool: pool, pub: pub, log: log, Interval: 100 * time.Millisecond, Lead: 100 * time.Millisecond, Batch: 500}
+	return &Waker{pool: pool, pub: pub, log: log, Interval: 100 * time.Millisecond, Lead: 100 * time.Millisecond, Batch: 500,
+		Scan: duescan.Bound{Margin: 10 * time.Second, FullEvery: time.Minute}}
 }
 
-// dueSQL claims parked deliveries due within $1, oldest time first, with
-// what their message needs and, for the circuit's, how many probes their
-// webhook's half-open period takes and its base sleep window.
-const dueSQL = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at,
+// dueBoundSQL is the due time of a pass: deliveries parked until before
+// it are published.
+const dueBoundSQL = `SELECT now() + $1::interval`
+
+// dueSQL claims parked deliveries due by $1, up to $2, oldest time first,
+// with what their message needs and, for the circuit's, how many probes
+// their webhook's half-open period takes and its base sleep window.
+// dueSinceSQL claims only those due at or after $3: a statement of its
+// own, so that its generic plan keeps $3 as the index's lower bound.
+const (
+	dueSQL      = dueColumns + ` AND d.next_attempt_at <= $1` + dueOrder
+	dueSinceSQL = dueColumns + ` AND d.next_attempt_at <= $1 AND d.next_attempt_at >= $3` + dueOrder
+	dueColumns  = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at,
     e.correlation_id, d.park_reason, d.next_attempt_at,
     coalesce((w.circuit_breaker_config->>'half_open_max_calls')::int, 5),
     coalesce((w.circuit_breaker_config->>'sleep_window_ms')::bigint, 30000)
 FROM deliveries d
 JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id
-WHERE d.parked_at IS NOT NULL AND d.park_reason <> 'order' AND d.status IN ('pending', 'retrying')
-  AND d.next_attempt_at <= now() + $1::interval
+WHERE d.parked_at IS NOT NULL AND d.park_reason <> 'order' AND d.status IN ('pending', 'retrying')`
+	dueOrder = `
 ORDER BY d.next_attempt_at
 LIMIT $2
 FOR UPDATE OF d SKIP LOCKED`
+)
 
 // wokenSQL unparks the published deliveries; their messages are confirmed.
 const wokenSQL = `UPDATE deliveries SET parked_at = NULL, park_reason = NULL, enqueued_at = now(), updated_at = now()
@@ -106,8 +125,19 @@ func (w *Waker) Run(ctx context.Context) error {
 // handled (woken or held).
 func (w *Waker) Pass(ctx context.Context) (int, error) {
 	var n int
+	var bound time.Time
+	pass := w.Scan.Start(time.Now())
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, dueSQL, w.Lead, w.Batch)
+		if err := tx.QueryRow(ctx, dueBoundSQL, w.Lead).Scan(&bound); err != nil {
+			return fmt.Errorf("select due parked deliveries: %w", err)
+		}
+		var rows pgx.Rows
+		var err error
+		if pass.Full() {
+			rows, err = tx.Query(ctx, dueSQL, bound, w.Batch)
+		} else {
+			rows, err = tx.Query(ctx, dueSinceSQL, bound, w.Batch, pass.Since)
+		}
 		if err != nil {
 			return fmt.Errorf("select due parked deliveries: %w", err)
 		}
@@ -127,6 +157,9 @@ func (w *Waker) Pass(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		w.Scan.Done(pass, bound, n, w.Batch)
+	}
 	if errors.Is(err, context.Canceled) {
 		return n, nil
 	}

@@ -1,11 +1,16 @@
 package schedule
 
 import (
+	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/queue"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -40,4 +45,46 @@ func TestProbesOnly(t *testing.T) {
 		30000: {due[4].task.DeliveryID, due[7].task.DeliveryID},
 		60000: {due[5].task.DeliveryID},
 	}, hold)
+}
+
+// publishedIDs is a publisher that confirms every message and remembers
+// their ids.
+type publishedIDs struct{ ids []string }
+
+func (p *publishedIDs) Publish(_ context.Context, msgs ...queue.Message) error {
+	for _, m := range msgs {
+		p.ids = append(p.ids, m.ID)
+	}
+	return nil
+}
+
+// A waker's pass reads from shortly before the previous pass's due time,
+// not from the oldest entry of deliveries_wake_idx, which keeps an entry
+// for every delivery parked since the last vacuum; a delivery parked
+// until long before (a clock far behind the database's) waits for the
+// pass that reads from the oldest, once every FullEvery.
+func TestWakerPassesReadFromTheLastPassOnAndFromTheOldestEveryFullEvery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	a, _, park := parkedFixture(t, pool)
+	pub := &publishedIDs{}
+	w := NewWaker(pool, pub, slog.New(slog.DiscardHandler))
+	w.Scan.FullEvery = time.Hour
+	pass := func() int {
+		t.Helper()
+		n, err := w.Pass(ctx)
+		require.NoError(t, err)
+		return n
+	}
+
+	first := park(a, Backoff, -time.Hour)
+	require.Equal(t, 1, pass(), "the first pass reads from the oldest entry")
+	late := park(a, Backoff, -10*time.Minute)
+	require.Zero(t, pass(), "due long before the last pass")
+	recent := park(a, RateLimited, -time.Second)
+	require.Equal(t, 1, pass(), "due since the last pass")
+	w.Scan.FullEvery = 0
+	require.Equal(t, 1, pass(), "the pass from the oldest entry")
+	require.Equal(t, []string{first.String(), recent.String(), late.String()}, pub.ids)
 }
