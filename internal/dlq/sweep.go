@@ -57,7 +57,9 @@ WHERE d.id IN (
 RETURNING ` + exhaustedColumns
 
 // lostSQL clears the enqueued mark of deliveries whose message is lost, so
-// that the outbox relay publishes them again. It leaves parked deliveries
+// that the outbox relay publishes them again, due now: the relay's passes
+// read from shortly before their last one on (package duescan), and only
+// one a minute from the oldest due time. It leaves parked deliveries
 // alone (they wait in Postgres, not in a queue, and a waker or whoever
 // finishes the one before publishes them) and any delivery something
 // touched within the age (a deferral, a park, a wake-up, an attempt).
@@ -68,7 +70,7 @@ const lostSQL = `WITH lost AS (
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
 )
-UPDATE deliveries d SET enqueued_at = NULL, updated_at = now()
+UPDATE deliveries d SET enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
 FROM lost
 WHERE d.id = lost.id AND d.status IN ('pending', 'retrying') AND d.parked_at IS NULL
 RETURNING d.id, d.tenant_id, d.attempt_count, lost.enqueued_at`
