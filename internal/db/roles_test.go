@@ -107,9 +107,18 @@ func expand(sql string, f roleFixture) string {
 		"{event}", f.event.String(), "{delivery}", f.delivery.String(), "{old_partition}", f.oldPartition).Replace(sql)
 }
 
-// Statements every process role is refused: no role owns, alters, drops or
-// truncates anything, nor calls the partition drop unless it is retention.
-var refusedToAll = []roleCase{
+// Statements alike for every process role: each moves the floors of order
+// keys; none owns, alters, drops or truncates anything, nor calls the
+// partition drop unless it is retention.
+var everyRole = []roleCase{
+	// Every process moves the floors of order keys (a worker's release,
+	// the api's retry and rescue, the dlq's batch retries and recoveries);
+	// none removes one.
+	{`INSERT INTO order_floors AS f (order_key, event_id, id) VALUES ('k', '{event}', '{delivery}')
+		ON CONFLICT (order_key) DO UPDATE SET event_id = excluded.event_id, id = excluded.id
+		WHERE (excluded.event_id, excluded.id) < (f.event_id, f.id)`, true},
+	{`SELECT event_id, id FROM order_floors WHERE order_key = 'k'`, true},
+	{`DELETE FROM order_floors`, false},
 	{`DROP TABLE webhooks`, false},
 	{`DROP TABLE {old_partition}`, false},
 	{`TRUNCATE deliveries`, false},
@@ -186,7 +195,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT id FROM webhooks WHERE id = '{webhook}' FOR UPDATE`, true},
 		{`UPDATE webhooks SET active = false WHERE id = '{webhook}'`, false},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
-	}, refusedToAll...))
+	}, everyRole...))
 }
 
 // The api manages tenants, keys and webhooks, publishes, reads history and
@@ -240,7 +249,7 @@ func TestAPIRoleGrants(t *testing.T) {
 		{`SELECT id, sealed_key FROM console_signing_keys ORDER BY id FOR UPDATE`, true},
 		{`UPDATE console_signing_keys SET sealed_key = 'x'`, true},
 		{`UPDATE console_signing_keys SET id = 9`, false},
-	}, refusedToAll...))
+	}, everyRole...))
 }
 
 // The dlq process records dead letters, runs batch retries and retention.
@@ -308,7 +317,7 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`DELETE FROM webhook_pauses WHERE resumed_at < now() - interval '90 days'`, true},
 		{`SELECT * FROM service_keys`, false},
 		{`UPDATE portal_sessions SET ended_at = now()`, false},
-	}, refusedToAll...))
+	}, everyRole...))
 }
 
 // Partitions made by ensure_attempt_partitions, whoever calls it, belong to

@@ -31,6 +31,15 @@ import (
 //     unparked, marked not enqueued and published (the outbox relay
 //     publishes it if that fails or the process dies first).
 //
+// Both read the key's unfinished deliveries from its floor (order_floors)
+// on, not from its first entry in deliveries_order_idx, which keeps one for
+// every delivery of the key until a vacuum. The floor is at or before
+// every unfinished delivery of the key: a release moves it up to the new
+// first one, but never past five minutes before it runs (a publish still
+// committing may hold an event that old); a retry or recovery of an older
+// event moves it down (webhook.LowerOrderFloorsSQL). A release that read
+// the floor before such a move leaves it as the move left it.
+//
 // The lock makes the check and the release exclusive, so a delivery is
 // either seen as unfinished by its successor's check, or finished before
 // it and then the successor goes ahead. Retries of the head wait as any
@@ -41,21 +50,55 @@ import (
 
 const (
 	orderLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 9))`
-	// earlierSQL: is an earlier delivery of the key unfinished?
+	// floorSQL reads the key's floor.
+	floorSQL = `SELECT event_id, id FROM order_floors WHERE order_key = $1`
+	// earlierSQL: is a delivery of the key from its floor ($4, $5) on,
+	// and before ($2, $3), unfinished?
 	earlierSQL = `SELECT EXISTS (SELECT 1 FROM deliveries
-    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3))`
+    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3) AND (event_id, id) >= ($4, $5))`
 	parkSQL = `UPDATE deliveries SET parked_at = now(), park_reason = 'order', updated_at = now()
 WHERE id = $1 AND status IN ('pending', 'retrying')`
-	// releaseSQL unparks the first unfinished delivery of the key if it is
-	// parked, and clears its outbox mark so that the relay covers it (once
-	// it is due for the relay: next_attempt_at is now).
+	// headSQL finds the first unfinished delivery of the key $1 from its
+	// floor ($2, $3) on.
+	headSQL = `SELECT event_id, id FROM deliveries
+WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) >= ($2, $3)
+ORDER BY event_id, id LIMIT 1`
+	// raiseFloorSQL moves the key's floor up to its first unfinished
+	// delivery ($2, $3; NULL when none), or to five minutes ago if that is
+	// earlier, provided the floor is still the one read ($4, $5; NULL when
+	// the key had none).
+	raiseFloorSQL = `INSERT INTO order_floors AS f (order_key, event_id, id)
+SELECT $1, m.event_id, m.id
+FROM (VALUES ($2::uuid, $3::uuid), (uuidv7_floor(now() - interval '5 minutes'), '00000000-0000-0000-0000-000000000000'::uuid)) AS m(event_id, id)
+WHERE m.event_id IS NOT NULL
+ORDER BY m.event_id, m.id
+LIMIT 1
+ON CONFLICT (order_key) DO UPDATE SET event_id = excluded.event_id, id = excluded.id
+WHERE (f.event_id, f.id) = ($4::uuid, $5::uuid) AND (excluded.event_id, excluded.id) > (f.event_id, f.id)`
+	// releaseSQL unparks the delivery $1 if it is parked behind its key,
+	// and clears its outbox mark so that the relay covers it (once it is
+	// due for the relay: next_attempt_at is now).
 	releaseSQL = `UPDATE deliveries d SET parked_at = NULL, park_reason = NULL, enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
 FROM events e
-WHERE d.id = (SELECT id FROM deliveries WHERE order_key = $1 AND status IN ('pending', 'retrying')
-              ORDER BY event_id, id LIMIT 1)
-  AND d.park_reason = 'order' AND e.id = d.event_id
+WHERE d.id = $1 AND d.park_reason = 'order' AND d.status IN ('pending', 'retrying') AND e.id = d.event_id
 RETURNING d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id`
 )
+
+// noFloor is the floor of a key without one: it bounds nothing.
+var noFloor = [2]uuid.UUID{}
+
+// readFloor returns the key's floor, or noFloor and false without one.
+func readFloor(ctx context.Context, tx pgx.Tx, key string) ([2]uuid.UUID, bool, error) {
+	var f [2]uuid.UUID
+	err := tx.QueryRow(ctx, floorSQL, key).Scan(&f[0], &f[1])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return noFloor, false, nil
+	}
+	if err != nil {
+		return noFloor, false, fmt.Errorf("order floor: %w", err)
+	}
+	return f, true, nil
+}
 
 // waitYourTurn parks the delivery if an earlier one of its key is
 // unfinished, and reports whether it did.
@@ -68,8 +111,12 @@ func waitYourTurn(ctx context.Context, pool *pgxpool.Pool, key string, eventID, 
 	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
 		return false, fmt.Errorf("order lock: %w", err)
 	}
+	floor, _, err := readFloor(ctx, tx, key)
+	if err != nil {
+		return false, err
+	}
 	var earlier bool
-	if err := tx.QueryRow(ctx, earlierSQL, key, eventID, id).Scan(&earlier); err != nil {
+	if err := tx.QueryRow(ctx, earlierSQL, key, eventID, id, floor[0], floor[1]).Scan(&earlier); err != nil {
 		return false, fmt.Errorf("order check: %w", err)
 	}
 	if !earlier {
@@ -93,21 +140,47 @@ func ReleaseNext(ctx context.Context, pool *pgxpool.Pool, key string) (*wire.Tas
 	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
 		return nil, fmt.Errorf("order lock: %w", err)
 	}
-	var t wire.Task
-	var attempts int
-	err = tx.QueryRow(ctx, releaseSQL, key).Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority,
-		&attempts, &t.CreatedAt, &t.CorrelationID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+	floor, had, err := readFloor(ctx, tx, key)
 	if err != nil {
+		return nil, err
+	}
+	var head *[2]uuid.UUID
+	var h [2]uuid.UUID
+	switch err := tx.QueryRow(ctx, headSQL, key, floor[0], floor[1]).Scan(&h[0], &h[1]); {
+	case err == nil:
+		head = &h
+	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("release: %w", err)
+	}
+	raise := []any{key, nil, nil, nil, nil}
+	if head != nil {
+		raise[1], raise[2] = head[0], head[1]
+	}
+	if had {
+		raise[3], raise[4] = floor[0], floor[1]
+	}
+	if _, err := tx.Exec(ctx, raiseFloorSQL, raise...); err != nil {
+		return nil, fmt.Errorf("raise order floor: %w", err)
+	}
+	var t *wire.Task
+	if head != nil {
+		t = &wire.Task{}
+		var attempts int
+		err = tx.QueryRow(ctx, releaseSQL, head[1]).Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority,
+			&attempts, &t.CreatedAt, &t.CorrelationID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			t = nil // not parked: its message is on its way
+		case err != nil:
+			return nil, fmt.Errorf("release: %w", err)
+		default:
+			t.Attempt = attempts + 1
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
-	t.Attempt = attempts + 1
-	return &t, nil
+	return t, nil
 }
 
 // release publishes the next delivery of the finished delivery's key.
@@ -128,10 +201,12 @@ func (w *Worker) release(ctx context.Context, log *slog.Logger, key string) {
 // stalledKeysSQL finds order keys whose first unfinished delivery has been
 // parked for longer than $1: the worker that finished the one before it
 // died between recording the outcome and releasing the next.
-const stalledKeysSQL = `SELECT DISTINCT d.order_key FROM deliveries d
+const stalledKeysSQL = `SELECT DISTINCT d.order_key FROM deliveries d LEFT JOIN order_floors f ON f.order_key = d.order_key
 WHERE d.park_reason = 'order' AND d.parked_at < now() - $1::interval AND d.status IN ('pending', 'retrying')
   AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.order_key = d.order_key
-                  AND p.status IN ('pending', 'retrying') AND (p.event_id, p.id) < (d.event_id, d.id))
+                  AND p.status IN ('pending', 'retrying') AND (p.event_id, p.id) < (d.event_id, d.id)
+                  AND (p.event_id, p.id) >= (coalesce(f.event_id, '00000000-0000-0000-0000-000000000000'),
+                                             coalesce(f.id, '00000000-0000-0000-0000-000000000000')))
 LIMIT 100`
 
 // RescueStalledKeys releases, every interval until ctx ends, the parked

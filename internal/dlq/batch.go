@@ -237,7 +237,7 @@ SELECT uuidv7(), $1, t.event_id, t.webhook_id, $2, t.retry_of, $3, $4, ` + webho
 FROM unnest($5::uuid[], $6::uuid[], $7::uuid[]) AS t(event_id, webhook_id, retry_of)
 JOIN webhooks w ON w.id = t.webhook_id JOIN events e ON e.id = t.event_id
 ON CONFLICT DO NOTHING
-RETURNING id, event_id, webhook_id, retry_of`
+RETURNING id, event_id, webhook_id, retry_of, coalesce(order_key, '')`
 
 const checkpointSQL = `UPDATE batch_operations SET last_delivery_id = $3, processed = processed + $4,
     skipped = skipped + $5, heartbeat_at = now()
@@ -341,15 +341,21 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 		if err != nil {
 			return 0, false, fmt.Errorf("create retries: %w", err)
 		}
+		var keys []string
 		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.Task, error) {
 			t := wire.Task{TenantID: c.tenantID, Priority: c.priority, Attempt: 1, CreatedAt: now}
 			var orig uuid.UUID
-			err := row.Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &orig)
+			var key string
+			err := row.Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &orig, &key)
 			t.CorrelationID = corr[t.EventID]
+			keys = append(keys, key)
 			return t, err
 		})
 		if err != nil {
 			return 0, false, fmt.Errorf("create retries: %w", err)
+		}
+		if err := lowerOrderFloors(ctx, tx, keys, tasks); err != nil {
+			return 0, false, err
 		}
 	}
 	last := cands[len(cands)-1].id

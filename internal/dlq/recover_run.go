@@ -102,7 +102,7 @@ SELECT uuidv7(), $1, e.id, w.id, $2, $3, $4, ` + webhook.OrderKeySQL("w", "e.eve
 FROM unnest($5::uuid[]) AS t(event_id) JOIN events e ON e.id = t.event_id JOIN webhooks w ON w.id = $6
 WHERE NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.event_id = e.id AND x.webhook_id = w.id)
 ON CONFLICT DO NOTHING
-RETURNING id, event_id`
+RETURNING id, event_id, coalesce(order_key, '')`
 
 const missedCheckpointSQL = `UPDATE batch_operations SET last_event_id = $3, processed = processed + $4,
     skipped = skipped + $5, heartbeat_at = now()
@@ -189,14 +189,20 @@ func (r *Runner) insertMissed(ctx context.Context, tx pgx.Tx, c *claim, ids []uu
 	if err != nil {
 		return nil, fmt.Errorf("deliver missed events: %w", err)
 	}
+	var keys []string
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.Task, error) {
 		t := wire.Task{TenantID: c.tenantID, WebhookID: hook, Priority: c.priority, Attempt: 1, CreatedAt: now}
-		err := row.Scan(&t.DeliveryID, &t.EventID)
+		var key string
+		err := row.Scan(&t.DeliveryID, &t.EventID, &key)
 		t.CorrelationID = corr[t.EventID]
+		keys = append(keys, key)
 		return t, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("deliver missed events: %w", err)
+	}
+	if err := lowerOrderFloors(ctx, tx, keys, tasks); err != nil {
+		return nil, err
 	}
 	return tasks, nil
 }

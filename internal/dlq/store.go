@@ -204,6 +204,11 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 		}
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
+	if t.orderKey != nil {
+		if err := lowerOrderFloors(ctx, tx, []string{*t.orderKey}, []wire.Task{{DeliveryID: id, EventID: t.eventID}}); err != nil {
+			return uuid.Nil, err
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
@@ -360,4 +365,23 @@ func (s *Store) CancelBatch(ctx context.Context, tenantID, id uuid.UUID) (Batch,
 		return Batch{}, fmt.Errorf("cancel batch operation: %w", err)
 	}
 	return b, nil
+}
+
+// lowerOrderFloors keeps the floors of the order keys of new deliveries
+// (keys, one per task; "" for none) at or below them: a retry or recovery
+// gives an order key a delivery of an older event, which keeps its place
+// before the later ones (see package delivery, "Ordered delivery").
+func lowerOrderFloors(ctx context.Context, tx pgx.Tx, keys []string, tasks []wire.Task) error {
+	events, ids := make([]uuid.UUID, len(tasks)), make([]uuid.UUID, len(tasks))
+	for i, t := range tasks {
+		events[i], ids[i] = t.EventID, t.DeliveryID
+	}
+	k, e, i := webhook.OrderFloors(keys, events, ids)
+	if len(k) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, webhook.LowerOrderFloorsSQL, k, e, i); err != nil {
+		return fmt.Errorf("lower order floors: %w", err)
+	}
+	return nil
 }

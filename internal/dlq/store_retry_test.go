@@ -139,3 +139,23 @@ func TestRetryKeepsTheOrderKey(t *testing.T) {
 		})
 	}
 }
+
+// A retry of an ordered webhook's delivery gives its order key a delivery
+// of an older event than the key's floor, if a release had raised it since:
+// the retry moves the floor down to itself, so that the checks of the key
+// see it (it keeps its place before the later deliveries).
+func TestRetryOfAnOrderedDeliveryMovesItsKeysFloorDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newRetryFixture(t, webhook.OrderingStrict)
+	key := webhook.OrderKey(webhook.OrderingStrict, f.hook.String(), "order.created")
+	_, err := f.pool.Exec(ctx, `INSERT INTO order_floors (order_key, event_id, id) VALUES ($1, uuidv7_floor(now() + interval '1 second'), uuidv7())`, key)
+	require.NoError(t, err)
+	s := NewStore(f.pool, &taskRecorder{})
+
+	retry, err := s.Retry(ctx, f.tenant, f.hook, f.delivery, "")
+	require.NoError(t, err)
+	var floor [2]uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = $1`, key).Scan(&floor[0], &floor[1]))
+	require.Equal(t, [2]uuid.UUID{f.event, retry}, floor)
+}

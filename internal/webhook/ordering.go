@@ -1,6 +1,11 @@
 package webhook
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/google/uuid"
+)
 
 // OrderKey is the key under which a delivery of eventType to webhook id
 // waits for the ones before it: the webhook for strict ordering, the
@@ -20,4 +25,44 @@ func OrderKey(ordering, id, eventType string) string {
 func OrderKeySQL(w, eventType string) string {
 	return fmt.Sprintf(`CASE %[1]s.ordering_guarantee WHEN '%[3]s' THEN %[1]s.id::text WHEN '%[4]s' THEN %[1]s.id::text || '/' || %[2]s END`,
 		w, eventType, OrderingStrict, OrderingPerEventType)
+}
+
+// LowerOrderFloorsSQL keeps the floors of order keys (order_floors, see
+// package delivery) at or below the deliveries of older events that a
+// retry or a recovery gave them: $1 the keys, $2 and $3 each key's lowest
+// new (event_id, id). A key without a floor gets one that bounds nothing,
+// so that a release which read it without one, and would raise it above
+// these deliveries, finds it changed and leaves it. Rows are taken in key
+// order, so that two of these statements never deadlock.
+const LowerOrderFloorsSQL = `WITH low AS (
+    SELECT * FROM unnest($1::text[], $2::uuid[], $3::uuid[]) AS t(order_key, event_id, id)
+)
+INSERT INTO order_floors AS f (order_key, event_id, id)
+SELECT order_key, '00000000-0000-0000-0000-000000000000', '00000000-0000-0000-0000-000000000000' FROM low
+ORDER BY order_key
+ON CONFLICT (order_key) DO UPDATE
+SET event_id = (SELECT l.event_id FROM low l WHERE l.order_key = excluded.order_key),
+    id = (SELECT l.id FROM low l WHERE l.order_key = excluded.order_key)
+WHERE (SELECT (l.event_id, l.id) FROM low l WHERE l.order_key = excluded.order_key) < (f.event_id, f.id)`
+
+// OrderFloors gives the lowest (event id, id) of each order key among new
+// deliveries, as LowerOrderFloorsSQL takes them; deliveries without a key
+// are left out.
+func OrderFloors(keys []string, eventIDs, ids []uuid.UUID) (k []string, e, i []uuid.UUID) {
+	low := map[string]int{}
+	for n, key := range keys {
+		if key == "" {
+			continue
+		}
+		at, ok := low[key]
+		if !ok {
+			low[key] = len(k)
+			k, e, i = append(k, key), append(e, eventIDs[n]), append(i, ids[n])
+			continue
+		}
+		if c := bytes.Compare(eventIDs[n][:], e[at][:]); c < 0 || c == 0 && bytes.Compare(ids[n][:], i[at][:]) < 0 {
+			e[at], i[at] = eventIDs[n], ids[n]
+		}
+	}
+	return k, e, i
 }

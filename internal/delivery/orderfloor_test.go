@@ -1,0 +1,137 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/webhook"
+)
+
+// pagesRead is the number of pages sql read: its plan's top node counts
+// its children's.
+func pagesRead(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var plan []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		}
+	}
+	var text string
+	require.NoError(t, pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&text))
+	require.NoError(t, json.Unmarshal([]byte(text), &plan))
+	require.Len(t, plan, 1)
+	return plan[0].Plan.Hit + plan[0].Plan.Read
+}
+
+// The checks of an ordered webhook read its key from the key's floor on,
+// not from the entries of every delivery the key ever had; a release moves
+// the floor up to the key's new head (no later than five minutes ago), and
+// a retry of an older event moves it down to the retry, which keeps its
+// place before the later deliveries. A release that read the floor before
+// a retry moved it leaves it where the retry put it.
+func TestOrderChecksReadTheKeyFromItsFloor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	seed := dbtest.Seed(t, pool, 1)
+	hook := seed.Webhooks[0]
+	const key = "floor-key"
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	// 20,000 deliveries of the key a day ago, all finished.
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, order_key, completed_at)
+SELECT uuidv7(), $1, uuidv7_floor(now() - interval '1 day' + g * interval '1 ms'), $2, 'normal', 'pending', $3, NULL
+FROM generate_series(1, 20000) g`, seed.Tenant, hook, key)
+	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE order_key = $1`, key)
+	// Its head, on its way, and one parked behind it, of an event of now.
+	var event uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority)
+VALUES (uuidv7(), $1, 'order.created', 'floor', '\x00', 'normal') RETURNING id`, seed.Tenant).Scan(&event))
+	head, behind := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, order_key) VALUES ($1, $2, $3, $4, 'normal', $5)`,
+		head, seed.Tenant, event, hook, key)
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, order_key, parked_at, park_reason)
+VALUES ($1, $2, $3, $4, 'normal', $5, now(), 'order')`, behind, seed.Tenant, event, hook, key)
+	exec(`ANALYZE deliveries`)
+	floor := func() [2]uuid.UUID {
+		t.Helper()
+		var f [2]uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = $1`, key).Scan(&f[0], &f[1]))
+		return f
+	}
+	earlier := func(id uuid.UUID, from [2]uuid.UUID) bool {
+		t.Helper()
+		var e bool
+		require.NoError(t, pool.QueryRow(ctx, earlierSQL, key, event, id, from[0], from[1]).Scan(&e))
+		return e
+	}
+
+	require.True(t, earlier(behind, noFloor), "the head is before it")
+	parked, err := waitYourTurn(ctx, pool, key, event, behind)
+	require.NoError(t, err)
+	require.True(t, parked)
+	walked := pagesRead(t, pool, earlierSQL, key, event, behind, noFloor[0], noFloor[1])
+
+	// The head finishes: the release unparks the next and raises the floor
+	// to five minutes ago, the next being newer.
+	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, head)
+	next, err := ReleaseNext(ctx, pool, key)
+	require.NoError(t, err)
+	require.NotNil(t, next)
+	require.Equal(t, behind, next.DeliveryID)
+	raised := floor()
+	var fiveMinutesAgo bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT $1::uuid BETWEEN uuidv7_floor(now() - interval '6 minutes')
+    AND uuidv7_floor(now() - interval '4 minutes')`, raised[0]).Scan(&fiveMinutesAgo))
+	require.True(t, fiveMinutesAgo, "five minutes ago: %s", raised[0])
+	require.Equal(t, uuid.UUID{}, raised[1])
+	bounded := pagesRead(t, pool, earlierSQL, key, event, behind, raised[0], raised[1])
+	t.Logf("pages read by the check: %d from the key's first entry, %d from its floor", walked, bounded)
+	require.Less(t, bounded, 5, "from the floor")
+	require.Greater(t, walked, 10*bounded, "from the key's first entry")
+	require.False(t, earlier(behind, raised))
+
+	// A retry of an event of a day ago moves the floor down to itself and
+	// keeps its place: the delivery behind waits for it.
+	var oldEvent uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id FROM deliveries WHERE order_key = $1 ORDER BY event_id LIMIT 1 OFFSET 100`, key).Scan(&oldEvent))
+	retry := uuid.Must(uuid.NewV7())
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, order_key) VALUES ($1, $2, $3, $4, 'normal', $5)`,
+		retry, seed.Tenant, oldEvent, hook, key)
+	k, e, i := webhook.OrderFloors([]string{key, "", key}, []uuid.UUID{oldEvent, event, event}, []uuid.UUID{retry, behind, behind})
+	require.Equal(t, []string{key}, k)
+	exec(webhook.LowerOrderFloorsSQL, k, e, i)
+	require.Equal(t, [2]uuid.UUID{oldEvent, retry}, floor())
+	parked, err = waitYourTurn(ctx, pool, key, event, behind)
+	require.NoError(t, err)
+	require.True(t, parked, "the retry keeps its place")
+
+	// A release that read the floor before the retry moved it does not
+	// raise it past the retry.
+	tag, err := pool.Exec(ctx, raiseFloorSQL, key, event, behind, raised[0], raised[1])
+	require.NoError(t, err)
+	require.Zero(t, tag.RowsAffected())
+	require.Equal(t, [2]uuid.UUID{oldEvent, retry}, floor())
+	// Nor does one that found the key without a floor.
+	tag, err = pool.Exec(ctx, raiseFloorSQL, key, event, behind, nil, nil)
+	require.NoError(t, err)
+	require.Zero(t, tag.RowsAffected())
+
+	// A retry given a key without a floor gives it one that bounds
+	// nothing: older unfinished deliveries it does not know of stay in
+	// view.
+	exec(webhook.LowerOrderFloorsSQL, []string{"other-key"}, []uuid.UUID{oldEvent}, []uuid.UUID{retry})
+	var other [2]uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = 'other-key'`).Scan(&other[0], &other[1]))
+	require.Equal(t, noFloor, other)
+}
