@@ -154,7 +154,7 @@ func (s *lease) take(now time.Time, limits string, cap int, renew func(want, bac
 // takePublish hands out a token of publish bucket b.
 func (s *lease) takePublish(ctx context.Context, l *Limiter, now time.Time, b Bucket) (ok bool, wait time.Duration, err error) {
 	ok, err = s.take(now, limitsOf(b), leaseCap(b.Limit), func(want, back int) (got int, err error) {
-		ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+		ctx, cancel := context.WithTimeout(ctx, l.publishTimeout)
 		defer cancel()
 		got, wait, err = l.renew(ctx, now, b, want, back)
 		return got, err

@@ -90,13 +90,13 @@ func PerSecond(rps, burst int) Limit {
 	return Limit{PerMinute: rps * 60, Burst: burst}
 }
 
-// publishTimeout bounds asking for a publish token: a publish that cannot
-// be limited in time goes ahead (its caller fails open).
-const publishTimeout = 100 * time.Millisecond
+// defaultPublishTimeout bounds asking for a publish token: a publish that
+// cannot be limited in time goes ahead (its caller fails open).
+const defaultPublishTimeout = 100 * time.Millisecond
 
 // TakePublish takes a token from the bucket of tenantID's publish rate
 // limit (rps, burst), which every publish, replay, single retry and test
-// event of the tenant takes from, waiting at most publishTimeout for Redis.
+// event of the tenant takes from, waiting at most defaultPublishTimeout for Redis.
 // Tokens come from the process's lease on the bucket when it holds one
 // (see lease.go), so that most publishes need no Redis round trip.
 func (l *Limiter) TakePublish(ctx context.Context, now time.Time, tenantID string, rps, burst int) (ok bool, wait time.Duration, err error) {
@@ -134,12 +134,15 @@ type Limiter struct {
 	leases     sync.Map
 	slotLeases sync.Map
 	swept      atomic.Int64
+	// publishTimeout is how long TakePublish waits for Redis:
+	// defaultPublishTimeout.
+	publishTimeout time.Duration
 }
 
 // New returns a Limiter keeping its buckets in rdb under keys that start
 // with prefix.
 func New(rdb redis.UniversalClient, prefix string) *Limiter {
-	return &Limiter{rdb: rdb, prefix: prefix}
+	return &Limiter{rdb: rdb, prefix: prefix, publishTimeout: defaultPublishTimeout}
 }
 
 // Take takes one token from every bucket at now, atomically: ok when every
