@@ -100,14 +100,9 @@ type summary struct {
 }
 
 const (
-	// One index probe per webhook and attempt partition:
-	// delivery_attempts_webhook_idx (webhook_id, executed_at), newest first.
-	lastAttemptsSQL = `SELECT w.id, a.status_code, a.error, a.executed_at
-FROM unnest(@webhook_ids::uuid[]) AS w(id)
-CROSS JOIN LATERAL (
-    SELECT status_code, error, executed_at FROM delivery_attempts
-    WHERE webhook_id = w.id AND tenant_id = @tenant_id
-    ORDER BY executed_at DESC LIMIT 1) a`
+	// One row per webhook (migration 000018).
+	lastAttemptsSQL = `SELECT webhook_id, status_code, error, executed_at FROM webhook_last_attempts
+WHERE webhook_id = ANY(@webhook_ids) AND tenant_id = @tenant_id`
 	// The last 24 hours of each webhook from its rollups: hourly rows for
 	// the whole hours, minute rows at the edges (history.Reader.Recent).
 )

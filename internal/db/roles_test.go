@@ -195,6 +195,11 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT id FROM webhooks WHERE id = '{webhook}' FOR UPDATE`, true},
 		{`UPDATE webhooks SET active = false WHERE id = '{webhook}'`, false},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
+		// Each webhook's last attempt, as the tally flushes it.
+		{`INSERT INTO webhook_last_attempts AS l (webhook_id, tenant_id, executed_at, status_code, error)
+			VALUES ('{webhook}', '{tenant}', now(), 200, NULL)
+			ON CONFLICT (webhook_id) DO UPDATE SET executed_at = excluded.executed_at WHERE excluded.executed_at > l.executed_at`, true},
+		{`DELETE FROM webhook_last_attempts`, false},
 	}, everyRole...))
 }
 
@@ -249,6 +254,9 @@ func TestAPIRoleGrants(t *testing.T) {
 		{`SELECT id, sealed_key FROM console_signing_keys ORDER BY id FOR UPDATE`, true},
 		{`UPDATE console_signing_keys SET sealed_key = 'x'`, true},
 		{`UPDATE console_signing_keys SET id = 9`, false},
+		// The webhooks pages read each webhook's last attempt.
+		{`SELECT webhook_id, status_code, error, executed_at FROM webhook_last_attempts WHERE tenant_id = '{tenant}'`, true},
+		{`INSERT INTO webhook_last_attempts (webhook_id, tenant_id, executed_at) VALUES ('{webhook}', '{tenant}', now())`, false},
 	}, everyRole...))
 }
 
@@ -262,6 +270,7 @@ func TestDLQRoleGrants(t *testing.T) {
 	checkRole(t, pool, "hookline_dlq", f, append([]roleCase{
 		{`SELECT secret FROM webhooks`, false},
 		{`SELECT * FROM webhooks`, false},
+		{`SELECT * FROM webhook_last_attempts`, false},
 		{`SELECT * FROM api_keys`, false},
 		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT * FROM tenants`, false},

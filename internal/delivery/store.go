@@ -333,7 +333,7 @@ func (s *store) record(ctx context.Context, q batchSender, recs []attemptRecord)
 			categories[i] = &c
 		}
 		if res.Error != "" {
-			e := truncate(res.Error, 2000)
+			e := truncate(res.Error, maxErrorBytes)
 			errs[i] = &e
 		}
 		statuses[i], samples[i], next[i], parks[i] = string(r.Status), res.BodySample, r.NextAttemptAt, r.Park
@@ -399,7 +399,8 @@ func talliedAttempt(r attemptRecord) history.TalliedAttempt {
 	}
 	return history.TalliedAttempt{Webhook: r.WebhookID, Tenant: r.TenantID, DeliveryCreatedAt: r.CreatedAt,
 		From: from, To: r.Status, ExecutedAt: r.ExecutedAt, OK: r.Response.StatusCode >= 200 && r.Response.StatusCode <= 299,
-		FailureCategory: string(r.Response.Category), Duration: r.Response.Duration}
+		FailureCategory: string(r.Response.Category), Duration: r.Response.Duration,
+		StatusCode: r.Response.StatusCode, Error: truncate(r.Response.Error, maxErrorBytes)}
 }
 
 // prepare runs the statements of every delivery (load, attempt record,
@@ -443,6 +444,9 @@ func (s *store) postponed(ctx context.Context, id uuid.UUID) error {
 	_, err := s.pool.Exec(ctx, postponeSQL, id)
 	return err
 }
+
+// maxErrorBytes is the most of an attempt's error that is recorded.
+const maxErrorBytes = 2000
 
 // truncate cuts s to at most n bytes on a character boundary.
 func truncate(s string, n int) string {

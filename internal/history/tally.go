@@ -19,8 +19,9 @@ import (
 
 // A Tally keeps, in the process, the rollups (delivery_rollups and
 // attempt_rollups) of the rows its hot statements write, the api's publish
-// commits and the worker's attempt records, and adds them to Postgres once
-// every TallyEvery, for every delivery and attempt of that second in one
+// commits and the worker's attempt records, and each webhook's last
+// attempt (webhook_last_attempts), and adds them to Postgres once every
+// TallyEvery, for every delivery and attempt of that second in one
 // statement, instead of the rollup triggers adding them inside each
 // statement (which cost a fifth of Postgres's CPU per delivery). Those
 // statements turn the triggers off for themselves (MarkTallied); every
@@ -42,6 +43,8 @@ type Tally struct {
 	mu         sync.Mutex
 	deliveries map[tallyKey]*deliveryCounts
 	attempts   map[tallyKey]*attemptCounts
+	// last is each webhook's latest attempt, for webhook_last_attempts.
+	last map[uuid.UUID]lastAttempt
 	// lastWarned limits failed flushes to one warning a minute.
 	lastWarned time.Time
 }
@@ -64,6 +67,14 @@ type deliveryCounts struct {
 	created, retrying, succeeded, exhausted, cancelled int64
 }
 
+// lastAttempt is the latest attempt counted for a webhook.
+type lastAttempt struct {
+	tenant     uuid.UUID
+	executedAt time.Time
+	statusCode int
+	err        string
+}
+
 type attemptCounts struct {
 	attempts, successes int64
 	errors              map[string]int64
@@ -73,7 +84,8 @@ type attemptCounts struct {
 
 // NewTally returns a Tally that flushes to pool.
 func NewTally(pool *pgxpool.Pool, log *slog.Logger) *Tally {
-	return &Tally{pool: pool, log: log, deliveries: map[tallyKey]*deliveryCounts{}, attempts: map[tallyKey]*attemptCounts{}}
+	return &Tally{pool: pool, log: log, deliveries: map[tallyKey]*deliveryCounts{}, attempts: map[tallyKey]*attemptCounts{},
+		last: map[uuid.UUID]lastAttempt{}}
 }
 
 // MarkTallied queues, ahead of the statements b already holds or will
@@ -102,6 +114,10 @@ type TalliedAttempt struct {
 	OK                bool
 	FailureCategory   string
 	Duration          time.Duration
+	// StatusCode is the endpoint's answer, 0 for none; Error the error
+	// recorded with the attempt, "" for none.
+	StatusCode int
+	Error      string
 }
 
 // Attempted counts a.
@@ -130,6 +146,15 @@ func (t *Tally) Attempted(a TalliedAttempt) {
 		c.errors[a.FailureCategory]++
 	}
 	c.latency[latencyBucket(int(a.Duration.Milliseconds()))]++
+	t.noteLast(a.Webhook, lastAttempt{tenant: a.Tenant, executedAt: a.ExecutedAt, statusCode: a.StatusCode, err: a.Error})
+}
+
+// noteLast keeps l as webhook's last attempt unless a later one is kept.
+// t.mu is held.
+func (t *Tally) noteLast(webhook uuid.UUID, l lastAttempt) {
+	if kept, ok := t.last[webhook]; !ok || l.executedAt.After(kept.executedAt) {
+		t.last[webhook] = l
+	}
 }
 
 func (t *Tally) deliveryCounts(webhook, tenant uuid.UUID, createdAt time.Time) *deliveryCounts {
@@ -189,12 +214,12 @@ func (t *Tally) warn(err error) {
 // statement failed to add is kept, added to what comes next.
 func (t *Tally) Flush(ctx context.Context) error {
 	t.mu.Lock()
-	deliveries, attempts := t.deliveries, t.attempts
-	t.deliveries, t.attempts = map[tallyKey]*deliveryCounts{}, map[tallyKey]*attemptCounts{}
+	deliveries, attempts, last := t.deliveries, t.attempts, t.last
+	t.deliveries, t.attempts, t.last = map[tallyKey]*deliveryCounts{}, map[tallyKey]*attemptCounts{}, map[uuid.UUID]lastAttempt{}
 	t.mu.Unlock()
 	//nolint:gosec // a shard spreads row locks; it is no secret
 	shard := int16(rand.IntN(rollupShards))
-	var derr, aerr error
+	var derr, aerr, lerr error
 	if len(deliveries) > 0 {
 		if derr = t.flushDeliveries(ctx, deliveries, shard); derr == nil {
 			deliveries = nil
@@ -205,17 +230,26 @@ func (t *Tally) Flush(ctx context.Context) error {
 			attempts = nil
 		}
 	}
-	t.restore(deliveries, attempts)
-	return errors.Join(derr, aerr)
+	if len(last) > 0 {
+		if lerr = t.flushLast(ctx, last); lerr == nil {
+			last = nil
+		}
+	}
+	t.restore(deliveries, attempts, last)
+	return errors.Join(derr, aerr, lerr)
 }
 
 // rollupShards is the number of shards of a rollup row (migration 000012).
 const rollupShards = 4
 
 // restore adds counts a failed flush took back to what was counted since.
-func (t *Tally) restore(deliveries map[tallyKey]*deliveryCounts, attempts map[tallyKey]*attemptCounts) {
+func (t *Tally) restore(deliveries map[tallyKey]*deliveryCounts, attempts map[tallyKey]*attemptCounts,
+	last map[uuid.UUID]lastAttempt) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for webhook, l := range last {
+		t.noteLast(webhook, l)
+	}
 	for k, d := range deliveries {
 		c := t.deliveryCountsAt(k)
 		c.created += d.created

@@ -1,9 +1,12 @@
 package history
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,8 +14,9 @@ import (
 
 // The statements of Tally.Flush: one per rollup table, each adding the
 // rows it is given in their order (Tally sorts them as the triggers lock
-// them) to one shard. Two statements and two commits, not one: a flush
-// holds the row locks of one table at a time, as the triggers do.
+// them) to one shard, and one for the webhooks' last attempts. A
+// statement and a commit each, not one: a flush holds the row locks of
+// one table at a time, as the triggers do.
 const (
 	flushDeliveriesSQL = `INSERT INTO delivery_rollups AS r (scope_id, hourly, at, shard, created, retrying, succeeded,
     exhausted, cancelled)
@@ -36,6 +40,19 @@ ON CONFLICT (scope_id, hourly, at, shard) DO UPDATE SET
     errors = CASE WHEN excluded.errors = '{}' THEN r.errors ELSE jsonb_add_counts(r.errors, excluded.errors) END,
     latency = jsonb_add_counts(r.latency, excluded.latency),
     last_success_at = greatest(r.last_success_at, excluded.last_success_at)`
+
+	// flushLastSQL keeps each webhook's latest attempt (migration 000018);
+	// a webhook deleted since its attempt (its tenant's removal deletes
+	// it) is skipped.
+	flushLastSQL = `INSERT INTO webhook_last_attempts AS l (webhook_id, tenant_id, executed_at, status_code, error)
+SELECT x.webhook_id, x.tenant_id, x.executed_at, nullif(x.status_code, 0), nullif(x.error, '')
+FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[])
+    AS x (webhook_id, tenant_id, executed_at, status_code, error)
+JOIN webhooks w ON w.id = x.webhook_id
+ORDER BY x.webhook_id
+ON CONFLICT (webhook_id) DO UPDATE SET executed_at = excluded.executed_at, status_code = excluded.status_code,
+    error = excluded.error
+WHERE excluded.executed_at > l.executed_at`
 )
 
 // flushDeliveries adds counts to delivery_rollups in shard.
@@ -113,6 +130,24 @@ func (t *Tally) flushAttempts(ctx context.Context, counts map[tallyKey]*attemptC
 	if _, err := t.pool.Exec(ctx, flushAttemptsSQL, scopes, hourly, at, shard, attempts, successes, errs, latency,
 		last); err != nil {
 		return fmt.Errorf("flush attempt rollups: %w", err)
+	}
+	return nil
+}
+
+// flushLast writes each webhook's latest attempt of last, in webhook
+// order (the order in which concurrent flushes lock the rows).
+func (t *Tally) flushLast(ctx context.Context, last map[uuid.UUID]lastAttempt) error {
+	hooks := slices.SortedFunc(maps.Keys(last), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	n := len(hooks)
+	tenants, executed := make([]uuid.UUID, n), make([]time.Time, n)
+	codes, errs := make([]int32, n), make([]string, n)
+	for i, h := range hooks {
+		l := last[h]
+		//nolint:gosec // an HTTP status code
+		tenants[i], executed[i], codes[i], errs[i] = l.tenant, l.executedAt, int32(l.statusCode), l.err
+	}
+	if _, err := t.pool.Exec(ctx, flushLastSQL, hooks, tenants, executed, codes, errs); err != nil {
+		return fmt.Errorf("flush last attempts: %w", err)
 	}
 	return nil
 }

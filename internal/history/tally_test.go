@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -64,4 +65,79 @@ WHERE scope_id = $1 AND hourly AND at = $2`, scope, created.Truncate(time.Hour).
 		require.Equal(t, [2]int64{1, 1}, [2]int64{attempts, successes}, "the hour of 11:00: one success")
 		require.True(t, last.Equal(created.Add(time.Minute)), "last success %v", last)
 	}
+}
+
+// Each webhook's last attempt is kept whoever records it: the tally,
+// after a flush that failed, and the attempt log's trigger for attempts
+// recorded without it. An earlier attempt never replaces a later one, and
+// an attempt of a webhook gone since is not kept.
+func TestTallyKeepsEachWebhooksLastAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(down.Close)
+	tenant, hook, gone := uuid.New(), uuid.New(), uuid.New()
+	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, hook, tenant)
+	require.NoError(t, err)
+	type last struct {
+		At    time.Time
+		Code  *int
+		Error *string
+	}
+	read := func(webhook uuid.UUID) *last {
+		t.Helper()
+		var l last
+		err := pool.QueryRow(ctx, `SELECT executed_at, status_code, error FROM webhook_last_attempts WHERE webhook_id = $1`,
+			webhook).Scan(&l.At, &l.Code, &l.Error)
+		if err != nil {
+			require.ErrorIs(t, err, pgx.ErrNoRows)
+			return nil
+		}
+		return &l
+	}
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	attempt := func(webhook uuid.UUID, executed time.Time, code int, msg string) TalliedAttempt {
+		return TalliedAttempt{Webhook: webhook, Tenant: tenant, DeliveryCreatedAt: at, From: wire.Pending, To: wire.Retrying,
+			ExecutedAt: executed, StatusCode: code, Error: msg}
+	}
+
+	tally := NewTally(down, slog.New(slog.DiscardHandler))
+	tally.Attempted(attempt(hook, at.Add(2*time.Second), 503, "HTTP 503"))
+	require.Error(t, tally.Flush(ctx))
+	tally.pool = pool
+	tally.Attempted(attempt(hook, at.Add(time.Second), 200, ""))
+	tally.Attempted(attempt(gone, at, 0, "dial tcp: connection refused"))
+	require.NoError(t, tally.Flush(ctx))
+	l := read(hook)
+	require.NotNil(t, l)
+	require.True(t, l.At.Equal(at.Add(2*time.Second)), "the later attempt, kept by the failed flush: %v", l.At)
+	require.Equal(t, 503, *l.Code)
+	require.Equal(t, "HTTP 503", *l.Error)
+	require.Nil(t, read(gone))
+
+	// An attempt written without the tally (an operator's SQL): the
+	// trigger keeps it, and a later flush of an earlier attempt leaves it.
+	_, err = pool.Exec(ctx, `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id,
+    webhook_id, error, duration_ms, scheduled_at, executed_at)
+VALUES ($1, $2, 1, $3, $4, 'timeout after 10s', 10000, $2, $5)`, uuid.New(), time.Now(), tenant, hook, at.Add(time.Hour))
+	require.NoError(t, err)
+	tally.Attempted(attempt(hook, at.Add(time.Minute), 200, ""))
+	require.NoError(t, tally.Flush(ctx))
+	l = read(hook)
+	require.True(t, l.At.Equal(at.Add(time.Hour)), "%v", l.At)
+	require.Nil(t, l.Code, "no answer")
+	require.Equal(t, "timeout after 10s", *l.Error)
+
+	tally.Attempted(attempt(hook, at.Add(2*time.Hour), 200, ""))
+	require.NoError(t, tally.Flush(ctx))
+	l = read(hook)
+	require.True(t, l.At.Equal(at.Add(2*time.Hour)), "%v", l.At)
+	require.Equal(t, 200, *l.Code)
+	require.Nil(t, l.Error)
 }
