@@ -35,6 +35,8 @@ func NewOverrides(pool *pgxpool.Pool) *Overrides { return &Overrides{pool: pool}
 const (
 	loadPersistedSQL = `SELECT state, opened_at, sleep_window_ms, forced_state, forced_until, updated_at
 FROM circuit_breaker_states WHERE webhook_id = $1`
+	loadAllPersistedSQL = `SELECT webhook_id, state, opened_at, sleep_window_ms, forced_state, forced_until, updated_at
+FROM circuit_breaker_states WHERE webhook_id = ANY($1)`
 	forceSQL = `INSERT INTO circuit_breaker_states (webhook_id, state, forced_state, forced_until, updated_at)
 VALUES ($1, 'closed', $2, $3, now())
 ON CONFLICT (webhook_id) DO UPDATE SET forced_state = $2, forced_until = $3, updated_at = now()`
@@ -57,6 +59,28 @@ func (o *Overrides) Load(ctx context.Context, webhookID uuid.UUID) (Persisted, b
 	}
 	p.State = State(state)
 	return p, true, nil
+}
+
+// LoadAll returns the persisted circuits of webhookIDs in one statement;
+// a webhook whose circuit was never written is left out.
+func (o *Overrides) LoadAll(ctx context.Context, webhookIDs []uuid.UUID) (map[uuid.UUID]Persisted, error) {
+	rows, err := o.pool.Query(ctx, loadAllPersistedSQL, webhookIDs)
+	if err != nil {
+		return nil, fmt.Errorf("load circuits: %w", err)
+	}
+	out := make(map[uuid.UUID]Persisted, len(webhookIDs))
+	var id uuid.UUID
+	var p Persisted
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &p.OpenedAt, &p.SleepWindowMS, &p.ForcedState, &p.ForcedUntil,
+		&p.UpdatedAt}, func() error {
+		p.State = State(state)
+		out[id] = p
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load circuits: %w", err)
+	}
+	return out, nil
 }
 
 // Force holds the circuit open or closed ("open", "closed") until until, or

@@ -33,6 +33,28 @@ func (c *Console) circuit(ctx context.Context, w webhook.Webhook) (circuitView, 
 	if err != nil {
 		return circuitView{}, err
 	}
+	return viewOf(e, w), nil
+}
+
+// circuits is circuit of each of hooks, read together.
+func (c *Console) circuits(ctx context.Context, hooks []webhook.Webhook) ([]circuitView, error) {
+	in := make([]breaker.Circuit, len(hooks))
+	for i, w := range hooks {
+		in[i] = breaker.Circuit{WebhookID: w.ID, Config: w.CircuitBreakerConfig.Breaker()}
+	}
+	es, err := breaker.ResolveAll(ctx, c.breaker, c.overrides, in, c.now())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]circuitView, len(hooks))
+	for i, e := range es {
+		out[i] = viewOf(e, hooks[i])
+	}
+	return out, nil
+}
+
+// viewOf is w's circuit e as the pages show it.
+func viewOf(e breaker.Effective, w webhook.Webhook) circuitView {
 	v := circuitView{State: e.State, Source: e.Source, OpenedAt: e.OpenedAt, ForcedUntil: e.ForcedUntil,
 		Off: !w.CircuitBreakerConfig.Enabled}
 	if e.ForcedState != nil {
@@ -42,7 +64,7 @@ func (c *Console) circuit(ctx context.Context, w webhook.Webhook) (circuitView, 
 	if e.Live != nil {
 		v.Successes, v.Failures = e.Live.Successes, e.Live.Failures
 	}
-	return v, nil
+	return v
 }
 
 // forceDurations are the choices of the force forms, in seconds (0: until

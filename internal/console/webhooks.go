@@ -93,13 +93,13 @@ func (c *Console) webhooksPage(ctx *gin.Context) {
 		c.fail(ctx, err)
 		return
 	}
-	for _, h := range hooks {
-		cv, err := c.circuit(rctx, h)
-		if err != nil {
-			c.fail(ctx, err)
-			return
-		}
-		d.Rows = append(d.Rows, webhookRow{Hook: h, Circuit: cv, Summary: sums[h.ID]})
+	circuits, err := c.circuits(rctx, hooks)
+	if err != nil {
+		c.fail(ctx, err)
+		return
+	}
+	for i, h := range hooks {
+		d.Rows = append(d.Rows, webhookRow{Hook: h, Circuit: circuits[i], Summary: sums[h.ID]})
 	}
 	if d.Exhausted, err = c.recentlyExhausted(rctx, s.TenantID); err != nil {
 		c.fail(ctx, err)
