@@ -52,8 +52,10 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	if cfg.MaxConnLifetimeJitter == 0 {
 		cfg.MaxConnLifetimeJitter = cfg.MaxConnLifetime / lifetimeJitterShare
 	}
-	if _, set := cfg.ConnConfig.RuntimeParams[parallelWorkers]; !set {
-		cfg.ConnConfig.RuntimeParams[parallelWorkers] = "0"
+	for name, value := range unlessSet {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
+			cfg.ConnConfig.RuntimeParams[name] = value
+		}
 	}
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		registerUUID(c.TypeMap())
@@ -70,13 +72,20 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	return pool, nil
 }
 
-// parallelWorkers is the Postgres setting that lets a statement start
-// parallel workers. Every statement of hookline reads a bounded page or a
-// few rows; over the event log's partitions the planner would still pick
-// a parallel plan for some, whose workers take longer to start than the
-// statement to run (a webhook's deliveries of one event type: 20 ms
-// parallel, 5.6 ms not). Open turns them off unless the URL sets it.
-const parallelWorkers = "max_parallel_workers_per_gather"
+// unlessSet are the Postgres settings Open gives every connection unless
+// the URL sets them. Every statement of hookline reads a bounded page or
+// a few rows, but over the event log's partitions the planner's estimates
+// of some of them are large, and it would pay for what only long scans
+// repay:
+//
+//   - max_parallel_workers_per_gather: parallel workers take longer to
+//     start than the statement runs (a webhook's deliveries of one event
+//     type: 20 ms parallel, 5.6 ms not);
+//   - jit: compiling a plan whose estimate passes jit_above_cost took
+//     longer than running it, at every execution (the DLQ by failure
+//     category at 20 million deliveries: 37 ms compiling, 0.5 ms
+//     running).
+var unlessSet = map[string]string{"max_parallel_workers_per_gather": "0", "jit": "off"}
 
 // WithStatementTimeout returns url with Postgres's statement_timeout set to
 // d on every connection opened from it: a statement running longer is

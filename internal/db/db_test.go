@@ -501,8 +501,9 @@ func TestPoolConnectionsEndSpreadOut(t *testing.T) {
 }
 
 // Statements run without parallel workers, whose start costs more than the
-// bounded reads they would share, unless the URL asks for them.
-func TestPoolsRunStatementsWithoutParallelWorkers(t *testing.T) {
+// bounded reads they would share, and without JIT compilation, which costs
+// more than running them, unless the URL asks for them.
+func TestPoolsRunStatementsWithoutParallelWorkersOrJIT(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.NewURL(t, false)
@@ -511,15 +512,18 @@ func TestPoolsRunStatementsWithoutParallelWorkers(t *testing.T) {
 		sep = "&"
 	}
 	for _, tc := range []struct{ url, want string }{
-		{url, "0"},
-		{url + sep + "max_parallel_workers_per_gather=1", "1"},
+		{url, "0 off"},
+		{url + sep + "max_parallel_workers_per_gather=1", "1 off"},
+		{url + sep + "jit=on", "0 on"},
 	} {
 		pool, err := db.Open(ctx, tc.url, 1)
 		require.NoError(t, err)
-		var got string
-		err = pool.QueryRow(ctx, `SHOW max_parallel_workers_per_gather`).Scan(&got)
+		var workers, jit string
+		err = pool.QueryRow(ctx, `SELECT current_setting('max_parallel_workers_per_gather'), current_setting('jit')`).
+			Scan(&workers, &jit)
 		pool.Close()
 		require.NoError(t, err)
+		got := workers + " " + jit
 		require.Equal(t, tc.want, got, tc.url)
 	}
 }
