@@ -18,7 +18,8 @@ import (
 // rollup triggers off for those statements: once flushed, they must equal
 // the rollups counted afresh from the rows, scope by scope and period by
 // period, neither missing a delivery or attempt nor counting one twice
-// (by the tally and by a trigger).
+// (by the tally and by a trigger); and each webhook's last attempt kept
+// with them must be the last in the attempt log.
 func TestRollupsOfTheTalliedWritesEqualTheirRows(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
@@ -58,9 +59,10 @@ func TestRollupsOfTheTalliedWritesEqualTheirRows(t *testing.T) {
 	require.Equal(t, 56, s.Count(`SELECT count(*) FROM delivery_attempts`), "46 first attempts, 10 second ones")
 
 	ctx := context.Background()
-	var rolled, counted [2]string
+	var rolled, counted [3]string
 	testwait.Eventually(t, 10*history.TallyEvery, func() bool {
-		for i, q := range [][2]string{{rolledDeliveriesSQL, countedDeliveriesSQL}, {rolledAttemptsSQL, countedAttemptsSQL}} {
+		for i, q := range [][2]string{{rolledDeliveriesSQL, countedDeliveriesSQL}, {rolledAttemptsSQL, countedAttemptsSQL},
+			{keptLastAttemptsSQL, lastAttemptsSQL}} {
 			require.NoError(t, s.Pool.QueryRow(ctx, q[0]).Scan(&rolled[i]))
 			require.NoError(t, s.Pool.QueryRow(ctx, q[1]).Scan(&counted[i]))
 		}
@@ -72,6 +74,16 @@ FROM delivery_rollups WHERE scope_id = $1 AND hourly`, s.tenantID).Scan(&created
 	require.Equal(t, [4]int{46, 0, 40, 6}, [4]int{created, retrying, succeeded, exhausted},
 		"the tenant's deliveries: created, retrying, succeeded, exhausted")
 }
+
+// Each webhook's last attempt as kept and as found in the attempt log.
+const (
+	keptLastAttemptsSQL = `SELECT coalesce(string_agg(format('%s %s %s %s', webhook_id, executed_at, status_code, error),
+    E'\n' ORDER BY webhook_id), '') FROM webhook_last_attempts`
+	lastAttemptsSQL = `SELECT coalesce(string_agg(format('%s %s %s %s', webhook_id, executed_at, status_code, error),
+    E'\n' ORDER BY webhook_id), '') FROM (
+    SELECT DISTINCT ON (webhook_id) webhook_id, executed_at, status_code, error FROM delivery_attempts
+    ORDER BY webhook_id, executed_at DESC) AS x`
+)
 
 // The rollups of deliveries and attempts as stored (summed over shards) and
 // as counted from the rows, one line per scope and period.
