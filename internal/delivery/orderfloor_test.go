@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/webhook"
 )
 
@@ -69,18 +71,12 @@ VALUES ($1, $2, $3, $4, 'normal', $5, now(), 'order')`, behind, seed.Tenant, eve
 		require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = $1`, key).Scan(&f[0], &f[1]))
 		return f
 	}
-	earlier := func(id uuid.UUID, from [2]uuid.UUID) bool {
-		t.Helper()
-		var e bool
-		require.NoError(t, pool.QueryRow(ctx, earlierSQL, key, event, id, from[0], from[1]).Scan(&e))
-		return e
-	}
 
-	require.True(t, earlier(behind, noFloor), "the head is before it")
 	parked, err := waitYourTurn(ctx, pool, key, event, behind)
 	require.NoError(t, err)
-	require.True(t, parked)
-	walked := pagesRead(t, pool, earlierSQL, key, event, behind, noFloor[0], noFloor[1])
+	require.True(t, parked, "the head is before it")
+	// Without a floor, the check reads the key from its first entry.
+	walked := pagesRead(t, pool, checkSQL, key, event, behind)
 
 	// The head finishes: the release unparks the next and raises the floor
 	// to five minutes ago, the next being newer.
@@ -95,42 +91,68 @@ VALUES ($1, $2, $3, $4, 'normal', $5, now(), 'order')`, behind, seed.Tenant, eve
     AND uuidv7_floor(now() - interval '4 minutes')`, raised[0]).Scan(&fiveMinutesAgo))
 	require.True(t, fiveMinutesAgo, "five minutes ago: %s", raised[0])
 	require.Equal(t, uuid.UUID{}, raised[1])
-	bounded := pagesRead(t, pool, earlierSQL, key, event, behind, raised[0], raised[1])
+	bounded := pagesRead(t, pool, checkSQL, key, event, behind)
 	t.Logf("pages read by the check: %d from the key's first entry, %d from its floor", walked, bounded)
-	require.Less(t, bounded, 5, "from the floor")
+	require.Less(t, bounded, 8, "from the floor")
 	require.Greater(t, walked, 10*bounded, "from the key's first entry")
-	require.False(t, earlier(behind, raised))
+	parked, err = waitYourTurn(ctx, pool, key, event, behind)
+	require.NoError(t, err)
+	require.False(t, parked, "the next is the head now")
 
 	// A retry of an event of a day ago moves the floor down to itself and
 	// keeps its place: the delivery behind waits for it.
-	var oldEvent uuid.UUID
-	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id FROM deliveries WHERE order_key = $1 ORDER BY event_id LIMIT 1 OFFSET 100`, key).Scan(&oldEvent))
+	oldEvent := func(offset int) uuid.UUID {
+		t.Helper()
+		var e uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT event_id FROM deliveries WHERE order_key = $1 ORDER BY event_id LIMIT 1 OFFSET $2`,
+			key, offset).Scan(&e))
+		return e
+	}
+	retried := oldEvent(100)
 	retry := uuid.Must(uuid.NewV7())
 	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, order_key) VALUES ($1, $2, $3, $4, 'normal', $5)`,
-		retry, seed.Tenant, oldEvent, hook, key)
-	k, e, i := webhook.OrderFloors([]string{key, "", key}, []uuid.UUID{oldEvent, event, event}, []uuid.UUID{retry, behind, behind})
+		retry, seed.Tenant, retried, hook, key)
+	k, e, i := webhook.OrderFloors([]string{key, "", key}, []uuid.UUID{retried, event, event}, []uuid.UUID{retry, behind, behind})
 	require.Equal(t, []string{key}, k)
 	exec(webhook.LowerOrderFloorsSQL, k, e, i)
-	require.Equal(t, [2]uuid.UUID{oldEvent, retry}, floor())
+	require.Equal(t, [2]uuid.UUID{retried, retry}, floor())
 	parked, err = waitYourTurn(ctx, pool, key, event, behind)
 	require.NoError(t, err)
 	require.True(t, parked, "the retry keeps its place")
 
-	// A release that read the floor before the retry moved it does not
-	// raise it past the retry.
-	tag, err := pool.Exec(ctx, raiseFloorSQL, key, event, behind, raised[0], raised[1])
+	// The retry succeeds. A release that read the floor before another
+	// retry moved it down does not raise it past that retry: the release
+	// waits for the retry's transaction to commit, then finds the floor
+	// moved.
+	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, retry)
+	older, again := oldEvent(50), uuid.Must(uuid.NewV7())
+	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	require.Zero(t, tag.RowsAffected())
-	require.Equal(t, [2]uuid.UUID{oldEvent, retry}, floor())
-	// Nor does one that found the key without a floor.
-	tag, err = pool.Exec(ctx, raiseFloorSQL, key, event, behind, nil, nil)
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = tx.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, order_key) VALUES ($1, $2, $3, $4, 'normal', $5)`,
+		again, seed.Tenant, older, hook, key)
 	require.NoError(t, err)
-	require.Zero(t, tag.RowsAffected())
+	_, err = tx.Exec(ctx, webhook.LowerOrderFloorsSQL, []string{key}, []uuid.UUID{older}, []uuid.UUID{again})
+	require.NoError(t, err)
+	released := make(chan error, 1)
+	go func() {
+		_, err := ReleaseNext(ctx, pool, key)
+		released <- err
+	}()
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+    WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO order_floors%')`).Scan(&waiting))
+		return waiting
+	}, "the release waits for the retry's row lock on the floor")
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-released)
+	require.Equal(t, [2]uuid.UUID{older, again}, floor(), "the floor the retry moved")
 
 	// A retry given a key without a floor gives it one that bounds
 	// nothing: older unfinished deliveries it does not know of stay in
 	// view.
-	exec(webhook.LowerOrderFloorsSQL, []string{"other-key"}, []uuid.UUID{oldEvent}, []uuid.UUID{retry})
+	exec(webhook.LowerOrderFloorsSQL, []string{"other-key"}, []uuid.UUID{retried}, []uuid.UUID{retry})
 	var other [2]uuid.UUID
 	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = 'other-key'`).Scan(&other[0], &other[1]))
 	require.Equal(t, noFloor, other)

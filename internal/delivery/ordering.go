@@ -48,138 +48,111 @@ import (
 // circuit breaker or rate limit that postpones the head postpones the
 // whole key. Other keys and unordered webhooks never wait.
 
+// The check and the release each run as one batch: the key's lock, then
+// one statement, in the implicit transaction of the batch, so that each
+// holds the lock for one round trip to Postgres. The key's deliveries are
+// attempted one after another, each waiting for its predecessor's
+// release, so what the lock costs bounds how many a key delivers a second.
 const (
 	orderLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 9))`
-	// floorSQL reads the key's floor.
-	floorSQL = `SELECT event_id, id FROM order_floors WHERE order_key = $1`
-	// earlierSQL: is a delivery of the key from its floor ($4, $5) on,
-	// and before ($2, $3), unfinished?
-	earlierSQL = `SELECT EXISTS (SELECT 1 FROM deliveries
-    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3) AND (event_id, id) >= ($4, $5))`
-	parkSQL = `UPDATE deliveries SET parked_at = now(), park_reason = 'order', updated_at = now()
-WHERE id = $1 AND status IN ('pending', 'retrying')`
-	// headSQL finds the first unfinished delivery of the key $1 from its
-	// floor ($2, $3) on.
-	headSQL = `SELECT event_id, id FROM deliveries
-WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) >= ($2, $3)
-ORDER BY event_id, id LIMIT 1`
-	// raiseFloorSQL moves the key's floor up to its first unfinished
-	// delivery ($2, $3; NULL when none), or to five minutes ago if that is
-	// earlier, provided the floor is still the one read ($4, $5; NULL when
-	// the key had none).
-	raiseFloorSQL = `INSERT INTO order_floors AS f (order_key, event_id, id)
-SELECT $1, m.event_id, m.id
-FROM (VALUES ($2::uuid, $3::uuid), (uuidv7_floor(now() - interval '5 minutes'), '00000000-0000-0000-0000-000000000000'::uuid)) AS m(event_id, id)
-WHERE m.event_id IS NOT NULL
-ORDER BY m.event_id, m.id
-LIMIT 1
-ON CONFLICT (order_key) DO UPDATE SET event_id = excluded.event_id, id = excluded.id
-WHERE (f.event_id, f.id) = ($4::uuid, $5::uuid) AND (excluded.event_id, excluded.id) > (f.event_id, f.id)`
-	// releaseSQL unparks the delivery $1 if it is parked behind its key,
-	// and clears its outbox mark so that the relay covers it (once it is
-	// due for the relay: next_attempt_at is now).
-	releaseSQL = `UPDATE deliveries d SET parked_at = NULL, park_reason = NULL, enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
-FROM events e
-WHERE d.id = $1 AND d.park_reason = 'order' AND d.status IN ('pending', 'retrying') AND e.id = d.event_id
+	// keyFloor is the floor of the key $1: a point at or before its
+	// unfinished deliveries in (event_id, id) order, noFloor without one.
+	keyFloor = `(coalesce((SELECT f.event_id FROM order_floors f WHERE f.order_key = $1), '00000000-0000-0000-0000-000000000000'),
+        coalesce((SELECT f.id FROM order_floors f WHERE f.order_key = $1), '00000000-0000-0000-0000-000000000000'))`
+	// checkSQL parks the delivery ($2, $3) of the key $1 if a delivery of
+	// the key from its floor on, and before it, is unfinished, and says
+	// whether one is.
+	checkSQL = `WITH earlier AS (
+    SELECT EXISTS (SELECT 1 FROM deliveries
+        WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3)
+          AND (event_id, id) >= ` + keyFloor + `) AS e
+), park AS (
+    UPDATE deliveries SET parked_at = now(), park_reason = 'order', updated_at = now()
+    WHERE id = $3 AND status IN ('pending', 'retrying') AND (SELECT e FROM earlier)
+)
+SELECT e FROM earlier`
+	// releaseSQL, for the key $1 whose head has finished: finds its new
+	// head, the first unfinished delivery from its floor on; moves the
+	// floor up to it, or to five minutes ago if that is earlier, provided
+	// the floor is still the one the statement read (a retry may have
+	// moved it down since); and unparks the head if it is parked behind
+	// the key, clearing its outbox mark so that the relay covers it (due
+	// now). It returns the head's task when it unparked it.
+	releaseSQL = `WITH floor AS (
+    SELECT event_id, id FROM order_floors WHERE order_key = $1
+), head AS (
+    SELECT event_id, id FROM deliveries
+    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) >= ` + keyFloor + `
+    ORDER BY event_id, id LIMIT 1
+), raise AS (
+    INSERT INTO order_floors AS f (order_key, event_id, id)
+    SELECT $1, m.event_id, m.id
+    FROM (SELECT event_id, id FROM head
+          UNION ALL SELECT uuidv7_floor(now() - interval '5 minutes'), '00000000-0000-0000-0000-000000000000'::uuid) AS m
+    ORDER BY m.event_id, m.id
+    LIMIT 1
+    ON CONFLICT (order_key) DO UPDATE SET event_id = excluded.event_id, id = excluded.id
+    WHERE (f.event_id, f.id) = ((SELECT event_id FROM floor), (SELECT id FROM floor))
+      AND (excluded.event_id, excluded.id) > (f.event_id, f.id)
+)
+UPDATE deliveries d SET parked_at = NULL, park_reason = NULL, enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
+FROM events e, head h
+WHERE d.id = h.id AND d.park_reason = 'order' AND d.status IN ('pending', 'retrying') AND e.id = d.event_id
 RETURNING d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at, e.correlation_id`
 )
 
 // noFloor is the floor of a key without one: it bounds nothing.
 var noFloor = [2]uuid.UUID{}
 
-// readFloor returns the key's floor, or noFloor and false without one.
-func readFloor(ctx context.Context, tx pgx.Tx, key string) ([2]uuid.UUID, bool, error) {
-	var f [2]uuid.UUID
-	err := tx.QueryRow(ctx, floorSQL, key).Scan(&f[0], &f[1])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return noFloor, false, nil
+// underKeyLock runs sql under the key's lock, in one round trip, and
+// scans its row, if it has one, into dest; found says whether it had.
+func underKeyLock(ctx context.Context, pool *pgxpool.Pool, key, sql string, args []any, dest ...any) (found bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(orderLockSQL, key)
+	b.Queue(sql, args...)
+	br := pool.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return false, fmt.Errorf("order lock: %w", err)
 	}
-	if err != nil {
-		return noFloor, false, fmt.Errorf("order floor: %w", err)
+	switch err := br.QueryRow().Scan(dest...); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return f, true, nil
+	return true, nil
 }
 
 // waitYourTurn parks the delivery if an earlier one of its key is
 // unfinished, and reports whether it did.
 func waitYourTurn(ctx context.Context, pool *pgxpool.Pool, key string, eventID, id uuid.UUID) (bool, error) {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("order check: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
-		return false, fmt.Errorf("order lock: %w", err)
-	}
-	floor, _, err := readFloor(ctx, tx, key)
-	if err != nil {
-		return false, err
-	}
 	var earlier bool
-	if err := tx.QueryRow(ctx, earlierSQL, key, eventID, id, floor[0], floor[1]).Scan(&earlier); err != nil {
+	if _, err := underKeyLock(ctx, pool, key, checkSQL, []any{key, eventID, id}, &earlier); err != nil {
 		return false, fmt.Errorf("order check: %w", err)
 	}
-	if !earlier {
-		return false, nil // nothing written: the rollback releases the lock
-	}
-	if _, err := tx.Exec(ctx, parkSQL, id); err != nil {
-		return false, fmt.Errorf("park: %w", err)
-	}
-	return true, tx.Commit(ctx)
+	return earlier, nil
 }
 
 // ReleaseNext unparks the next delivery of an order key whose head has just
 // finished, and returns its task for the caller to publish (nil when there
 // is none, or it is not parked: then its message is already on its way).
 func ReleaseNext(ctx context.Context, pool *pgxpool.Pool, key string) (*wire.Task, error) {
-	tx, err := pool.Begin(ctx)
+	t := &wire.Task{}
+	var attempts int
+	found, err := underKeyLock(ctx, pool, key, releaseSQL, []any{key}, &t.DeliveryID, &t.EventID, &t.WebhookID,
+		&t.TenantID, &t.Priority, &attempts, &t.CreatedAt, &t.CorrelationID)
 	if err != nil {
 		return nil, fmt.Errorf("release: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, orderLockSQL, key); err != nil {
-		return nil, fmt.Errorf("order lock: %w", err)
+	if !found {
+		return nil, nil
 	}
-	floor, had, err := readFloor(ctx, tx, key)
-	if err != nil {
-		return nil, err
-	}
-	var head *[2]uuid.UUID
-	var h [2]uuid.UUID
-	switch err := tx.QueryRow(ctx, headSQL, key, floor[0], floor[1]).Scan(&h[0], &h[1]); {
-	case err == nil:
-		head = &h
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("release: %w", err)
-	}
-	raise := []any{key, nil, nil, nil, nil}
-	if head != nil {
-		raise[1], raise[2] = head[0], head[1]
-	}
-	if had {
-		raise[3], raise[4] = floor[0], floor[1]
-	}
-	if _, err := tx.Exec(ctx, raiseFloorSQL, raise...); err != nil {
-		return nil, fmt.Errorf("raise order floor: %w", err)
-	}
-	var t *wire.Task
-	if head != nil {
-		t = &wire.Task{}
-		var attempts int
-		err = tx.QueryRow(ctx, releaseSQL, head[1]).Scan(&t.DeliveryID, &t.EventID, &t.WebhookID, &t.TenantID, &t.Priority,
-			&attempts, &t.CreatedAt, &t.CorrelationID)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			t = nil // not parked: its message is on its way
-		case err != nil:
-			return nil, fmt.Errorf("release: %w", err)
-		default:
-			t.Attempt = attempts + 1
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("release: %w", err)
-	}
+	t.Attempt = attempts + 1
 	return t, nil
 }
 
