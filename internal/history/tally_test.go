@@ -127,6 +127,11 @@ VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, hook, tena
     webhook_id, error, duration_ms, scheduled_at, executed_at)
 VALUES ($1, $2, 1, $3, $4, 'timeout after 10s', 10000, $2, $5)`, uuid.New(), time.Now(), tenant, hook, at.Add(time.Hour))
 	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id,
+    webhook_id, duration_ms, scheduled_at, executed_at)
+VALUES ($1, $2, 1, $3, $4, 5, $2, $2)`, uuid.New(), time.Now(), tenant, gone)
+	require.NoError(t, err, "an attempt of a webhook gone is recorded")
+	require.Nil(t, read(gone))
 	tally.Attempted(attempt(hook, at.Add(time.Minute), 200, ""))
 	require.NoError(t, tally.Flush(ctx))
 	l = read(hook)

@@ -25,13 +25,15 @@ GRANT SELECT ON webhook_last_attempts TO hookline_api;
 GRANT SELECT, INSERT, UPDATE ON webhook_last_attempts TO hookline_worker;
 
 -- The attempts no process tallies (as for the rollups, migration 000014):
--- the last of each webhook among the rows of the statement.
+-- the last of each webhook among the rows of the statement. The attempt
+-- log does not require its webhooks to exist; an attempt of a webhook
+-- that does not (any more) is not kept here, and does not fail.
 CREATE FUNCTION attempts_last_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO webhook_last_attempts AS l (webhook_id, tenant_id, executed_at, status_code, error)
     SELECT DISTINCT ON (n.webhook_id) n.webhook_id, n.tenant_id, n.executed_at, n.status_code, n.error
-    FROM new_rows n
+    FROM new_rows n JOIN webhooks w ON w.id = n.webhook_id
     ORDER BY n.webhook_id, n.executed_at DESC
     ON CONFLICT (webhook_id) DO UPDATE SET executed_at = excluded.executed_at, status_code = excluded.status_code,
         error = excluded.error
