@@ -59,13 +59,17 @@ const (
 	// unfinished deliveries in (event_id, id) order, noFloor without one.
 	keyFloor = `(coalesce((SELECT f.event_id FROM order_floors f WHERE f.order_key = $1), '00000000-0000-0000-0000-000000000000'),
         coalesce((SELECT f.id FROM order_floors f WHERE f.order_key = $1), '00000000-0000-0000-0000-000000000000'))`
-	// checkSQL parks the delivery ($2, $3) of the key $1 if a delivery of
-	// the key from its floor on, and before it, is unfinished, and says
-	// whether one is.
+	// keyHead is the key's first unfinished delivery from its floor on,
+	// read in the order of deliveries_order_idx: the planner then reads
+	// that index from the floor, not the index of every key's deliveries
+	// by event (deliveries_event_idx) over the same events.
+	keyHead = `SELECT event_id, id FROM deliveries
+    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) >= ` + keyFloor + `
+    ORDER BY event_id, id LIMIT 1`
+	// checkSQL parks the delivery ($2, $3) of the key $1 if the key's head
+	// is an earlier delivery, and says whether it is.
 	checkSQL = `WITH earlier AS (
-    SELECT EXISTS (SELECT 1 FROM deliveries
-        WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) < ($2, $3)
-          AND (event_id, id) >= ` + keyFloor + `) AS e
+    SELECT coalesce((SELECT (h.event_id, h.id) < ($2, $3) FROM (` + keyHead + `) AS h), false) AS e
 ), park AS (
     UPDATE deliveries SET parked_at = now(), park_reason = 'order', updated_at = now()
     WHERE id = $3 AND status IN ('pending', 'retrying') AND (SELECT e FROM earlier)
@@ -81,9 +85,7 @@ SELECT e FROM earlier`
 	releaseSQL = `WITH floor AS (
     SELECT event_id, id FROM order_floors WHERE order_key = $1
 ), head AS (
-    SELECT event_id, id FROM deliveries
-    WHERE order_key = $1 AND status IN ('pending', 'retrying') AND (event_id, id) >= ` + keyFloor + `
-    ORDER BY event_id, id LIMIT 1
+    ` + keyHead + `
 ), raise AS (
     INSERT INTO order_floors AS f (order_key, event_id, id)
     SELECT $1, m.event_id, m.id
