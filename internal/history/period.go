@@ -45,6 +45,18 @@ func periodOf(start, end time.Time) period {
 	return period{start: start, h1: h1, h2: h2, end: end}
 }
 
+// throughNow is p, ending with the current minute, read with its last
+// hour's hourly row instead of that hour's minute rows up to end: the same
+// counts, since no row is later than now, in one row per shard instead of
+// up to 60. A period without a whole hour inside is left as it is.
+func (p period) throughNow() period {
+	if !p.h2.Before(p.end) || !p.h1.Before(p.h2) {
+		return p
+	}
+	h := p.h2.Add(time.Hour)
+	return period{start: p.start, h1: p.h1, h2: h, end: h}
+}
+
 // args adds the period's bounds to a and returns it.
 func (p period) args(a pgx.NamedArgs) pgx.NamedArgs {
 	a["start"], a["h1"], a["h2"], a["end"] = p.start, p.h1, p.h2, p.end

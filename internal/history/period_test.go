@@ -30,3 +30,17 @@ func TestPeriodsReadWholeHoursFromHourlyRows(t *testing.T) {
 	require.Equal(t, at(9, 21), w.start, "the window is the current minute and the 59 before")
 	require.Equal(t, at(10, 21), w.end)
 }
+
+// A window that ends now reads its last hour's hourly row instead of that
+// hour's minutes; one without a whole hour inside stays as it is.
+func TestPeriodsThroughNowReadTheLastHourWhole(t *testing.T) {
+	t.Parallel()
+	at := func(h, m int) time.Time { return time.Date(2026, 11, 20, h, m, 0, 0, time.UTC) }
+	day := windowOf(at(10, 54).Add(13*time.Second), 24*time.Hour)
+	require.Equal(t, period{start: at(10, 55).Add(-24 * time.Hour), h1: at(11, 0).Add(-24 * time.Hour), h2: at(10, 0), end: at(10, 55)}, day)
+	require.Equal(t, period{start: day.start, h1: day.h1, h2: at(11, 0), end: at(11, 0)}, day.throughNow())
+	onHour := windowOf(at(10, 59).Add(13*time.Second), 24*time.Hour)
+	require.Equal(t, onHour, onHour.throughNow(), "no minute of the hour to replace")
+	minutes := windowOf(at(10, 20), 10*time.Minute)
+	require.Equal(t, minutes, minutes.throughNow())
+}

@@ -173,14 +173,15 @@ const tenantsWebhooksSQL = `SELECT coalesce(array_agg(id), '{}') FROM webhooks W
 
 // RecentAttempts returns the attempts and successes of each of the
 // tenant's webhooks ids over the window ending with now's minute; a
-// webhook without attempts is left out.
+// webhook without attempts is left out. now is the present: the window's
+// last hour is read from its hourly rows (period.throughNow).
 func (r *Reader) RecentAttempts(ctx context.Context, tenantID uuid.UUID, ids []uuid.UUID, window time.Duration,
 	now time.Time) (map[uuid.UUID][2]int64, error) {
 	var scopes []uuid.UUID
 	if err := r.pool.QueryRow(ctx, tenantsWebhooksSQL, pgx.NamedArgs{"ids": ids, "tenant_id": tenantID}).Scan(&scopes); err != nil {
 		return nil, fmt.Errorf("recent attempts: %w", err)
 	}
-	args := windowOf(now, window).args(pgx.NamedArgs{"scopes": scopes})
+	args := windowOf(now, window).throughNow().args(pgx.NamedArgs{"scopes": scopes})
 	rows, err := r.pool.Query(ctx, recentSQL, args)
 	if err != nil {
 		return nil, fmt.Errorf("recent attempts: %w", err)
