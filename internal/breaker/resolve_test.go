@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -20,16 +19,8 @@ func TestResolveAllIsResolveOfEachCircuit(t *testing.T) {
 	f := newFixture(t, redistest.Single)
 	pool := dbtest.New(t)
 	ctx := context.Background()
-	tenant := uuid.New()
-	_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
-	require.NoError(t, err)
 	var circuits []Circuit
-	for range 4 {
-		id := uuid.New()
-		_, err := pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, id, tenant)
-		require.NoError(t, err)
+	for _, id := range dbtest.Seed(t, pool, 4).Webhooks {
 		circuits = append(circuits, Circuit{WebhookID: id, Config: f.cfg})
 	}
 	forced, live, persisted := circuits[0].WebhookID, circuits[1].WebhookID, circuits[2].WebhookID
@@ -37,7 +28,7 @@ VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, id, tenant
 	require.NoError(t, o.Force(ctx, forced, "open", nil))
 	now := time.Now()
 	f.recordN(live.String(), now, f.cfg.MinimumThroughput, false, false)
-	_, err = pool.Exec(ctx, `INSERT INTO circuit_breaker_states (webhook_id, state, opened_at, sleep_window_ms, updated_at)
+	_, err := pool.Exec(ctx, `INSERT INTO circuit_breaker_states (webhook_id, state, opened_at, sleep_window_ms, updated_at)
 VALUES ($1, 'open', $2, 30000, $2)`, persisted, now.Add(-time.Minute))
 	require.NoError(t, err)
 

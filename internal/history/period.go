@@ -50,7 +50,7 @@ func periodOf(start, end time.Time) period {
 // counts, since no row is later than now, in one row per shard instead of
 // up to 60. A period without a whole hour inside is left as it is.
 func (p period) throughNow() period {
-	if !p.h2.Before(p.end) || !p.h1.Before(p.h2) {
+	if !p.h2.Before(p.end) {
 		return p
 	}
 	h := p.h2.Add(time.Hour)

@@ -22,16 +22,9 @@ func TestRecentAttemptsCountTheWindowEndingNow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	tenant, other := uuid.New(), uuid.New()
-	hook, foreign := uuid.New(), uuid.New()
-	for _, tw := range [][2]uuid.UUID{{tenant, hook}, {other, foreign}} {
-		_, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-VALUES ($1, 't', 1, 1, 1, 1)`, tw[0])
-		require.NoError(t, err)
-		_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, tw[1], tw[0])
-		require.NoError(t, err)
-	}
+	mine, others := dbtest.Seed(t, pool, 1), dbtest.Seed(t, pool, 1)
+	tenant, hook := mine.Tenant, mine.Webhooks[0]
+	other, foreign := others.Tenant, others.Webhooks[0]
 	now := time.Now()
 	tally := NewTally(pool, slog.New(slog.DiscardHandler))
 	for i, ago := range []time.Duration{time.Minute, 90 * time.Minute, 23*time.Hour + 58*time.Minute, 24*time.Hour + 2*time.Minute} {

@@ -78,13 +78,8 @@ func TestTallyKeepsEachWebhooksLastAttempt(t *testing.T) {
 	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/none?connect_timeout=1")
 	require.NoError(t, err)
 	t.Cleanup(down.Close)
-	tenant, hook, gone := uuid.New(), uuid.New(), uuid.New()
-	_, err = pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-VALUES ($1, $2, 'http://example.com', '{a}', 's', '{}', '{}', '{}')`, hook, tenant)
-	require.NoError(t, err)
+	seed := dbtest.Seed(t, pool, 1)
+	tenant, hook, gone := seed.Tenant, seed.Webhooks[0], uuid.New()
 	type last struct {
 		At    time.Time
 		Code  *int
