@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/history"
 )
 
 // A tenant sees only its own objects: another tenant's webhook, delivery,
@@ -155,6 +157,16 @@ func TestHistoryPagination(t *testing.T) {
 		require.Contains(t, p.Body, `role="alert"`, q)
 	}
 	require.Equal(t, http.StatusNotFound, c.get("/console/webhooks/"+hook.String()+"?before=xyz").Status)
+
+	// Pending deliveries are read from the webhook's unfinished floor
+	// (history.Reader.UnfinishedFloor): listed, and none once the floor
+	// is ahead of them.
+	pending := e.seed(tenantID, hook, 3, "order.created", "pending")
+	require.ElementsMatch(t, pending, deliveryIDs(c.get("/console/webhooks/"+hook.String()+"?state=pending").Body))
+	_, err := e.Pool.Exec(context.Background(), `UPDATE webhook_unfinished_floors SET floor = $2 WHERE webhook_id = $1`,
+		hook, history.IDAt(time.Now().Add(time.Hour)))
+	require.NoError(t, err)
+	require.Empty(t, deliveryIDs(c.get("/console/webhooks/"+hook.String()+"?state=pending").Body))
 }
 
 // The webhooks page shows each webhook's circuit, last attempt and 24-hour

@@ -23,7 +23,11 @@ const historyColumns = `d.id, d.event_id, d.webhook_id, e.event_type, d.status, 
 
 // historyFilter selects a page of a webhook's deliveries, newest first.
 type historyFilter struct {
-	Before    *uuid.UUID
+	Before *uuid.UUID
+	// Floor, for a page of pending or retrying deliveries, is the
+	// webhook's unfinished floor (history.Reader.UnfinishedFloor): the
+	// walk stops there instead of at the webhook's first delivery.
+	Floor     *uuid.UUID
 	Status    string
 	EventType string
 	From, To  *time.Time
@@ -44,6 +48,10 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 	}
 	if wire.Status(f.Status).Valid() {
 		where = append(where, "d.status = '"+f.Status+"'")
+	}
+	if f.Floor != nil {
+		where = append(where, "d.id >= @floor")
+		args["floor"] = *f.Floor
 	}
 	if f.EventType != "" {
 		where = append(where, "e.event_type = @event_type")
@@ -67,6 +75,13 @@ LIMIT @limit`
 
 // history returns a page of a webhook's deliveries, newest first.
 func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]history.Delivery, error) {
+	if history.Unfinished(f.Status) {
+		floor, err := c.deliveries.UnfinishedFloor(ctx, tenantID, webhookID)
+		if err != nil {
+			return nil, fmt.Errorf("delivery history: %w", err)
+		}
+		f.Floor = &floor
+	}
 	sql, args := historySQL(tenantID, webhookID, f)
 	rows, err := c.db.Query(ctx, sql, args)
 	if err != nil {

@@ -200,6 +200,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 			VALUES ('{webhook}', '{tenant}', now(), 200, NULL)
 			ON CONFLICT (webhook_id) DO UPDATE SET executed_at = excluded.executed_at WHERE excluded.executed_at > l.executed_at`, true},
 		{`DELETE FROM webhook_last_attempts`, false},
+		{`UPDATE webhook_unfinished_floors SET floor = uuidv7()`, false},
 	}, everyRole...))
 }
 
@@ -257,6 +258,11 @@ func TestAPIRoleGrants(t *testing.T) {
 		// The webhooks pages read each webhook's last attempt.
 		{`SELECT webhook_id, status_code, error, executed_at FROM webhook_last_attempts WHERE tenant_id = '{tenant}'`, true},
 		{`INSERT INTO webhook_last_attempts (webhook_id, tenant_id, executed_at) VALUES ('{webhook}', '{tenant}', now())`, false},
+		// The lists of unfinished deliveries move each webhook's floor.
+		{`INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor) VALUES ('{webhook}', uuidv7())
+			ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`, true},
+		{`SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = '{webhook}'`, true},
+		{`DELETE FROM webhook_unfinished_floors`, false},
 	}, everyRole...))
 }
 
@@ -271,6 +277,7 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT secret FROM webhooks`, false},
 		{`SELECT * FROM webhooks`, false},
 		{`SELECT * FROM webhook_last_attempts`, false},
+		{`SELECT * FROM webhook_unfinished_floors`, false},
 		{`SELECT * FROM api_keys`, false},
 		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT * FROM tenants`, false},

@@ -2,35 +2,16 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/testwait"
 	"github.com/hookline/hookline/internal/webhook"
 )
-
-// pagesRead is the number of pages sql read: its plan's top node counts
-// its children's.
-func pagesRead(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var plan []struct {
-		Plan struct {
-			Hit  int `json:"Shared Hit Blocks"`
-			Read int `json:"Shared Read Blocks"`
-		}
-	}
-	var text string
-	require.NoError(t, pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&text))
-	require.NoError(t, json.Unmarshal([]byte(text), &plan))
-	require.Len(t, plan, 1)
-	return plan[0].Plan.Hit + plan[0].Plan.Read
-}
 
 // The checks of an ordered webhook read its key from the key's floor on,
 // not from the entries of every delivery the key ever had; a release moves
@@ -76,7 +57,7 @@ VALUES ($1, $2, $3, $4, 'normal', $5, now(), 'order')`, behind, seed.Tenant, eve
 	require.NoError(t, err)
 	require.True(t, parked, "the head is before it")
 	// Without a floor, the check reads the key from its first entry.
-	walked := pagesRead(t, pool, checkSQL, key, event, behind)
+	walked := dbtest.PagesRead(t, pool, checkSQL, key, event, behind)
 
 	// The head finishes: the release unparks the next and raises the floor
 	// to five minutes ago, the next being newer.
@@ -97,7 +78,7 @@ VALUES ($1, $2, $3, $4, 'normal', $5, now(), 'order')`, behind, seed.Tenant, eve
 SELECT uuidv7(), $1, uuidv7_floor(now() - interval '2 minutes' + g * interval '1 ms'), $2, 'normal', 'succeeded', now()
 FROM generate_series(1, 20000) g`, seed.Tenant, hook)
 	exec(`ANALYZE deliveries`)
-	bounded := pagesRead(t, pool, checkSQL, key, event, behind)
+	bounded := dbtest.PagesRead(t, pool, checkSQL, key, event, behind)
 	t.Logf("pages read by the check: %d from the key's first entry, %d from its floor", walked, bounded)
 	require.Less(t, bounded, 8, "from the floor")
 	require.Greater(t, walked, 10*bounded, "from the key's first entry")

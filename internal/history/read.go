@@ -159,7 +159,8 @@ type ListFilter struct {
 	Limit     int
 }
 
-// List returns a page of a webhook's deliveries, oldest first. Its
+// List returns a page of a webhook's deliveries, oldest first. A page of
+// pending or retrying ones starts at the webhook's unfinished floor. Its
 // statement is planned with each request's values, never as a generic
 // plan: a generic plan, blind to which optional filters are NULL and how
 // wide the id bounds are, sorts a webhook's whole history to return 50
@@ -167,6 +168,13 @@ type ListFilter struct {
 // ms planned for the request).
 func (r *Reader) List(ctx context.Context, tenantID, webhookID uuid.UUID, f ListFilter) ([]Delivery, error) {
 	lower, upper := IDBounds(f.From, f.To)
+	if f.Status != nil && Unfinished(*f.Status) {
+		floor, err := r.UnfinishedFloor(ctx, tenantID, webhookID)
+		if err != nil {
+			return nil, fmt.Errorf("list deliveries: %w", err)
+		}
+		lower = Later(lower, floor)
+	}
 	rows, err := r.pool.Query(ctx, listDeliveriesSQL, pgx.QueryExecModeDescribeExec, webhookID, tenantID, f.After, f.Status,
 		f.EventType, f.From, f.To, f.Limit, lower, upper)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -177,6 +178,26 @@ func Prepared(t testing.TB, conn *pgxpool.Conn, sql string) bool {
 		t.Fatalf("list prepared statements: %v", err)
 	}
 	return n > 0
+}
+
+// PagesRead is the number of pages sql read (EXPLAIN ANALYZE's shared
+// buffers hit and read): its plan's top node counts its children's.
+func PagesRead(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var plan []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		}
+	}
+	var text string
+	if err := pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&text); err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	if err := json.Unmarshal([]byte(text), &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("explain: %d plans, %v", len(plan), err)
+	}
+	return plan[0].Plan.Hit + plan[0].Plan.Read
 }
 
 // Seeded is what Seed stored: a tenant, its webhooks and one event of it.

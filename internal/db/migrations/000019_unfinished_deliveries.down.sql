@@ -1,0 +1,2 @@
+DROP TABLE webhook_unfinished_floors;
+DROP INDEX deliveries_unfinished_idx;

@@ -1,0 +1,125 @@
+package history
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+)
+
+// A webhook's unfinished floor moves to its oldest unfinished delivery and
+// never past one, nor to within FloorLag of now, nor back; a page of
+// pending deliveries read from it reads a few pages, where one read from
+// the webhook's first entry reads the entries every finished delivery
+// left in deliveries_unfinished_idx. Another tenant cannot move it.
+func TestUnfinishedListsReadFromTheWebhooksFloor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	mine, others := dbtest.Seed(t, pool, 1), dbtest.Seed(t, pool, 0)
+	tenant, hook := mine.Tenant, mine.Webhooks[0]
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	// delivery stores a delivery of its own event with the id of at.
+	delivery := func(at time.Time, status string) uuid.UUID {
+		t.Helper()
+		id := IDAt(at)
+		id[15] = 1
+		exec(`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+VALUES ($1, $2, 'a', $3, '\x00', 'normal', '{}')`, id, tenant, id.String())
+		exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, created_at)
+VALUES ($1, $2, $1, $3, 'normal', $4, $5)`, id, tenant, hook, status, at)
+		return id
+	}
+	storedFloor := func() uuid.UUID {
+		t.Helper()
+		var f uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = $1`, hook).Scan(&f))
+		return f
+	}
+	before := func(a, b uuid.UUID) bool { return bytes.Compare(a[:], b[:]) < 0 }
+	r := NewReader(pool)
+	now := time.Now()
+
+	// 20,000 deliveries of two days ago that were pending and succeeded,
+	// one retrying since three hours ago, and three pending of now.
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status)
+SELECT uuidv7_floor(now() - interval '2 days' + g * interval '1 ms'), $1, $3, $2, 'normal', 'pending'
+FROM generate_series(1, 20000) g`, tenant, hook, mine.Event)
+	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE webhook_id = $1`, hook)
+	retrying := delivery(now.Add(-3*time.Hour), "retrying")
+	var pending []uuid.UUID
+	for i := range 3 {
+		pending = append(pending, delivery(now.Add(time.Duration(i-3)*time.Second), "pending"))
+	}
+	exec(`ANALYZE deliveries`)
+
+	floor, err := r.UnfinishedFloor(ctx, tenant, hook)
+	require.NoError(t, err)
+	require.Equal(t, retrying, floor, "the oldest unfinished delivery")
+	require.Equal(t, floor, storedFloor())
+
+	ids := func(status string) []uuid.UUID {
+		t.Helper()
+		page, err := r.List(ctx, tenant, hook, ListFilter{Status: &status, Limit: 50})
+		require.NoError(t, err)
+		out := []uuid.UUID{}
+		for _, d := range page {
+			out = append(out, d.ID)
+		}
+		return out
+	}
+	require.Equal(t, pending, ids("pending"))
+	require.Equal(t, []uuid.UUID{retrying}, ids("retrying"))
+
+	// The page of pending deliveries, read from the floor and from the
+	// webhook's first entry.
+	pendingStatus := "pending"
+	fromFloor := dbtest.PagesRead(t, pool, listDeliveriesSQL, hook, tenant, nil, &pendingStatus, nil, nil, nil, 50, floor, MaxID)
+	fromStart := dbtest.PagesRead(t, pool, listDeliveriesSQL, hook, tenant, nil, &pendingStatus, nil, nil, nil, 50, uuid.Nil, MaxID)
+	t.Logf("pages read: %d from the floor, %d from the first entry", fromFloor, fromStart)
+	require.Less(t, fromFloor, 40)
+	require.Greater(t, fromStart, fromFloor+60, "the 20,000 finished deliveries' entries")
+
+	// Another tenant's call moves nothing.
+	exec(`UPDATE deliveries SET status = 'exhausted', completed_at = now() WHERE id = $1`, retrying)
+	_, err = r.UnfinishedFloor(ctx, others.Tenant, hook)
+	require.NoError(t, err)
+	require.Equal(t, retrying, storedFloor())
+
+	// With the retrying one exhausted, the floor moves up to FloorLag
+	// before now, short of the pending deliveries.
+	lagged := IDAt(time.Now().Add(-FloorLag))
+	floor, err = r.UnfinishedFloor(ctx, tenant, hook)
+	require.NoError(t, err)
+	require.False(t, before(floor, retrying) || floor == retrying, "moved past the finished delivery")
+	require.False(t, before(lagged, floor), "no later than FloorLag before now")
+	require.True(t, before(floor, pending[0]))
+	require.Equal(t, floor, storedFloor())
+
+	// A delivery committed late, with an id taken within the lag, is
+	// still at or after the floor, and listed.
+	late := delivery(time.Now().Add(-FloorLag/2), "pending")
+	require.Equal(t, append([]uuid.UUID{late}, pending...), ids("pending"))
+
+	// The floor never moves back: with a stored floor later than what a
+	// call finds, the call keeps it; and the lists read from it, so that
+	// with the floor ahead of every delivery they find none.
+	ahead := IDAt(time.Now().Add(time.Hour))
+	exec(`UPDATE webhook_unfinished_floors SET floor = $2 WHERE webhook_id = $1`, hook, ahead)
+	floor, err = r.UnfinishedFloor(ctx, tenant, hook)
+	require.NoError(t, err)
+	require.Equal(t, ahead, floor)
+	require.Equal(t, ahead, storedFloor())
+	require.Empty(t, ids("pending"))
+	require.Empty(t, ids("retrying"))
+	require.Len(t, ids("succeeded"), 50, "other states read from the first delivery")
+}
