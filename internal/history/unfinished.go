@@ -17,14 +17,15 @@ import (
 // its floor in webhook_unfinished_floors, so the lists read from there.
 //
 // The floor only moves forward, to the webhook's oldest unfinished
-// delivery, and never past FloorLag before now. A delivery's id is
-// taken by the process that inserts it, from its own clock, shortly
-// before the transaction that inserts it commits; a delivery not yet
-// visible to the statement that moves the floor has an id from the last
-// moments, which the lag keeps behind the floor. A terminal state is
-// final and every new delivery (a retry, a recovery, a replay) takes a
-// new id, so a delivery behind the floor never becomes unfinished again.
-const FloorLag = IDSlack
+// delivery, and never past FloorLag before now. Every delivery's id is
+// taken by uuidv7() in the statement that inserts it, from Postgres's
+// clock, and the transaction commits right after that statement: a
+// delivery not yet visible to the statement that moves the floor has an
+// id from the last moments, which the lag keeps ahead of the floor. A
+// terminal state is final and every new delivery (a retry, a recovery,
+// a replay) takes a new id, so a delivery behind the floor never becomes
+// unfinished again.
+const FloorLag = 5 * time.Minute
 
 // unfinishedStatuses are the states whose lists read from the floor.
 var unfinishedStatuses = map[string]bool{"pending": true, "retrying": true}
@@ -35,7 +36,7 @@ func Unfinished(status string) bool { return unfinishedStatuses[status] }
 
 // advanceFloorSQL finds the webhook's oldest unfinished delivery from its
 // floor (from the webhook's first entry when it has none) and moves the
-// floor to it, or to $3 (FloorLag before now) if that is earlier or the
+// floor to it, or to FloorLag ($3) before now if that is earlier or the
 // webhook has none; it returns the floor the lists may read from. A
 // concurrent advance may have moved the floor further since: the upsert
 // keeps the greater, and the one returned here is at or before both.
@@ -49,7 +50,7 @@ const advanceFloorSQL = `WITH cur AS (
     ORDER BY d.id
     LIMIT 1
 ), next AS (
-    SELECT greatest((SELECT floor FROM cur), least((SELECT id FROM head), $3::uuid)) AS floor
+    SELECT greatest((SELECT floor FROM cur), least((SELECT id FROM head), uuidv7_floor(now() - $3::interval))) AS floor
 ), moved AS (
     INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor)
     SELECT w.id, n.floor FROM webhooks w, next n WHERE w.id = $1 AND w.tenant_id = $2
@@ -62,7 +63,7 @@ SELECT floor FROM next`
 // pending or retrying delivery of the webhook has an id at or after it.
 func (r *Reader) UnfinishedFloor(ctx context.Context, tenantID, webhookID uuid.UUID) (uuid.UUID, error) {
 	var floor uuid.UUID
-	if err := r.pool.QueryRow(ctx, advanceFloorSQL, webhookID, tenantID, IDAt(time.Now().Add(-FloorLag))).
+	if err := r.pool.QueryRow(ctx, advanceFloorSQL, webhookID, tenantID, FloorLag).
 		Scan(&floor); err != nil {
 		return uuid.Nil, fmt.Errorf("advance unfinished floor of webhook %s: %w", webhookID, err)
 	}
