@@ -173,7 +173,7 @@ func (r *Reader) List(ctx context.Context, tenantID, webhookID uuid.UUID, f List
 		if err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
-		lower = Later(lower, floor)
+		lower = later(lower, floor)
 	}
 	rows, err := r.pool.Query(ctx, listDeliveriesSQL, pgx.QueryExecModeDescribeExec, webhookID, tenantID, f.After, f.Status,
 		f.EventType, f.From, f.To, f.Limit, lower, upper)

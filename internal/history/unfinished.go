@@ -70,8 +70,8 @@ func (r *Reader) UnfinishedFloor(ctx context.Context, tenantID, webhookID uuid.U
 	return floor, nil
 }
 
-// Later returns the later of two ids.
-func Later(a, b uuid.UUID) uuid.UUID {
+// later returns the later of two ids.
+func later(a, b uuid.UUID) uuid.UUID {
 	if bytes.Compare(a[:], b[:]) < 0 {
 		return b
 	}
