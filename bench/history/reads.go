@@ -116,6 +116,7 @@ func readsOf(ctx context.Context, api *client, big tenant, small []tenant) ([]re
 			read{ui.name + ": webhooks", ui.c, ui.prefix + "/webhooks", "", false},
 			read{ui.name + ": webhook (health, charts, deliveries)", ui.c, ui.prefix + "/webhooks/" + hook, "", false},
 			read{ui.name + ": webhook, pending deliveries", ui.c, ui.prefix + "/webhooks/" + hook + "?" + q("state", "pending"), "", false},
+			read{ui.name + ": webhook, deliveries of a rare event type", ui.c, ui.prefix + "/webhooks/" + hook + "?" + q("event_type", rareType), "", false},
 			read{ui.name + ": delivery", ui.c, ui.prefix + "/deliveries/" + deadLetter.ID, "", false},
 			read{ui.name + ": event", ui.c, ui.prefix + "/events/" + deadLetter.EventID, "", false},
 			read{ui.name + ": dlq", ui.c, ui.prefix + "/dlq", "", false},

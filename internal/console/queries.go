@@ -54,7 +54,11 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 		args["floor"] = *f.Floor
 	}
 	if f.EventType != "" {
-		where = append(where, "e.event_type = @event_type")
+		// The event's tenant too, as in history's list: the planner may
+		// then find a rare type from the tenant's events of that type
+		// instead of walking the webhook's deliveries until a page of it
+		// turns up.
+		where = append(where, "e.event_type = @event_type", "e.tenant_id = @tenant_id")
 		args["event_type"] = f.EventType
 	}
 	if f.From != nil {
