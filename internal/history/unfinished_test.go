@@ -97,11 +97,18 @@ FROM generate_series(1, 20000) g`, tenant, hook, mine.Event)
 
 	// With the retrying one exhausted, the floor moves up to FloorLag
 	// before now, short of the pending deliveries.
-	lagged := IDAt(time.Now().Add(-FloorLag))
+	earliest := time.Now().Add(-FloorLag).UnixMilli()
 	floor, err = r.UnfinishedFloor(ctx, tenant, hook)
 	require.NoError(t, err)
+	latest := time.Now().Add(-FloorLag).UnixMilli()
 	require.False(t, before(floor, retrying) || floor == retrying, "moved past the finished delivery")
-	require.False(t, before(lagged, floor), "no later than FloorLag before now")
+	// A UUIDv7's first six bytes are its millisecond.
+	ms := int64(0)
+	for _, b := range floor[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	require.GreaterOrEqual(t, ms, earliest, "FloorLag before the call's now")
+	require.LessOrEqual(t, ms, latest, "no later than FloorLag before now")
 	require.True(t, before(floor, pending[0]))
 	require.Equal(t, floor, storedFloor())
 
