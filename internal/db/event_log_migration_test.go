@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
-	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/eventlog"
 )
 
@@ -21,15 +20,7 @@ import (
 func TestEventLogMigrationKeepsTheEventsAndTheRecentKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, dbtest.NewURL(t, false), 2)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, db.MigrateTo(ctx, pool, 15))
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	pool, exec := atVersion(t, 15)
 	tenant := uuid.Must(uuid.NewV7())
 	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
 		VALUES ($1, 't', 1, 1, 1, 1)`, tenant)

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
-	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
 // A database with attempts migrates with each webhook's last attempt,
@@ -17,15 +16,7 @@ import (
 func TestLastAttemptsMigrationFindsEachWebhooksLastAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, dbtest.NewURL(t, false), 2)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, db.MigrateTo(ctx, pool, 17))
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	pool, exec := atVersion(t, 17)
 	exec(`SELECT ensure_attempt_partitions(2)`)
 	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
 		SELECT uuidv7(), 'tenant ' || n, 1, 1, 1, 1 FROM generate_series(1, 2) n`)

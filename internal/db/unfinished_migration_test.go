@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
@@ -19,15 +20,7 @@ import (
 func TestUnfinishedMigrationIndexesEveryUnfinishedDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, dbtest.NewURL(t, false), 2)
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, db.MigrateTo(ctx, pool, 18))
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := pool.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	pool, exec := atVersion(t, 18)
 	tenant, one, two := uuid.New(), uuid.New(), uuid.New()
 	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
 	exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
@@ -74,4 +67,20 @@ FROM d`, tenant, []uuid.UUID{one, two}, one)
 		Scan(&index, &floors))
 	require.Nil(t, index)
 	require.Nil(t, floors)
+}
+
+// atVersion is a new database migrated to version v, and a statement
+// runner that fails the test on an error.
+func atVersion(t *testing.T, v uint) (*pgxpool.Pool, func(sql string, args ...any)) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbtest.NewURL(t, false), 2)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, db.MigrateTo(ctx, pool, v))
+	return pool, func(sql string, args ...any) {
+		t.Helper()
+		_, err := pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
 }
