@@ -77,7 +77,8 @@ func (s *Service) publishBatch(ctx context.Context, tenantID uuid.UUID, reqs []R
 				continue
 			}
 		}
-		p := &pending{tenantID: tenantID, req: r, hash: hash, id: uuid.Must(uuid.NewV7()), createdAt: now, trace: parent}
+		p := newPending(tenantID, r, hash, now)
+		p.trace = parent
 		if p.req.CorrelationID == "" {
 			p.req.CorrelationID = p.id.String()
 		}

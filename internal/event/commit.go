@@ -33,10 +33,26 @@ type pending struct {
 	view    *filterView
 	refused []uuid.UUID
 
+	// claim is the event id its key names (claimedID): its own id when
+	// the key is generated, uuid.Nil when the key names none.
+	claim uuid.UUID
+
 	inserted bool
 	// stale: not inserted, the view being out of date.
 	stale bool
 	tasks []wire.Task
+}
+
+// newPending is r (normalized, hashed) as a new event of tenantID, created
+// at createdAt: it gets its id, and its generated key when r has none.
+func newPending(tenantID uuid.UUID, r Request, hash []byte, createdAt time.Time) *pending {
+	p := &pending{tenantID: tenantID, req: r, hash: hash, id: uuid.Must(uuid.NewV7()), createdAt: createdAt}
+	if p.req.IdempotencyKey == "" {
+		p.req.IdempotencyKey, p.claim = generatedKey(p.id), p.id
+	} else if id, ok := claimedID(p.req.IdempotencyKey); ok {
+		p.claim = id
+	}
+	return p
 }
 
 // committer is the group commit of the publish path: events published at
@@ -148,6 +164,7 @@ func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) e
 	prios, data, corr := make([]string, n), make([]string, n), make([]string, n)
 	parents, states := make([]string, n), make([]string, n)
 	created := make([]time.Time, n)
+	claims := make([]*uuid.UUID, n)
 	byID := make(map[uuid.UUID]*pending, n)
 	views := newViewArgs()
 	var refusedEvents, refusedHooks []uuid.UUID
@@ -158,6 +175,9 @@ func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) e
 		prios[i], data[i], corr[i] = p.req.Priority, string(p.req.Data), p.req.CorrelationID
 		parents[i], states[i] = p.trace.TraceParent, p.trace.TraceState
 		created[i] = p.createdAt
+		if p.claim != uuid.Nil {
+			claims[i] = &p.claim
+		}
 		byID[p.id] = p
 		p.inserted, p.stale, p.tasks = false, false, nil
 		views.add(p.view)
@@ -169,7 +189,7 @@ func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) e
 	history.MarkTallied(b)
 	b.Queue(publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
 		parents, states, views.of(batch), views.numbers, views.tenants, views.knownView, views.knownHook, views.knownVersion,
-		refusedEvents, refusedHooks)
+		refusedEvents, refusedHooks, claims)
 	results := q.SendBatch(ctx, b)
 	if err := c.scan(results, batch, byID, views); err != nil {
 		_ = results.Close()

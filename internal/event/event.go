@@ -50,9 +50,9 @@ type Request struct {
 	Priority       string
 	CorrelationID  string
 	// OwnKey marks an IdempotencyKey that was not the producer's but made
-	// for this publish by its caller (the RabbitMQ source's message id or
-	// generated key): like a key Publish generates, it skips the Redis
-	// fast path, which serves producers repeating their own keys.
+	// for this publish by its caller (the RabbitMQ source's message id):
+	// like a key Publish generates, it skips the Redis fast path, which
+	// serves producers repeating their own keys.
 	OwnKey bool
 }
 
@@ -71,8 +71,9 @@ type Result struct {
 	Replayed bool `json:"-"`
 }
 
-// normalize validates r, fills defaults (priority, generated key) and
-// returns the hash that tells a replay from a conflict.
+// normalize validates r, fills the default priority and returns the hash
+// that tells a replay from a conflict. An event published without a key
+// gets its own (generatedKey) once its id is chosen.
 func normalize(r *Request) ([]byte, error) {
 	if r.EventType == "" {
 		return nil, fielderr.New("event_type", "is required")
@@ -113,10 +114,10 @@ func normalize(r *Request) ([]byte, error) {
 	default:
 		return nil, fielderr.New("priority", "must be high, normal or low, got %q", r.Priority)
 	}
-	if r.IdempotencyKey == "" {
-		r.IdempotencyKey = NewIdempotencyKey()
-	} else if err := checkKey(r.IdempotencyKey); err != nil {
-		return nil, err
+	if r.IdempotencyKey != "" {
+		if err := checkKey(r.IdempotencyKey); err != nil {
+			return nil, err
+		}
 	}
 	r.CorrelationID = strings.ReplaceAll(strings.ToValidUTF8(r.CorrelationID, ""), "\x00", "")
 	for len(r.CorrelationID) > 128 {
@@ -132,9 +133,24 @@ func normalize(r *Request) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// NewIdempotencyKey returns a fresh key of the form given to events
-// published without one (idk_<uuid>).
-func NewIdempotencyKey() string { return keyPrefix + uuid.NewString() }
+// generatedKey is the idempotency key of an event published without one:
+// idk_ and the event's id. No other event can hold it, so the publish
+// stores it in no idempotency key table (eventlog.KeysSQL); a producer
+// repeating it is answered from the event itself (claimedID).
+func generatedKey(id uuid.UUID) string { return keyPrefix + id.String() }
+
+// claimedID is the id of the event whose generated key key would be: a
+// producer's key of that form may repeat an event published without a
+// key. It is only a claim: the event must also hold key, and belong to
+// the publishing tenant.
+func claimedID(key string) (uuid.UUID, bool) {
+	rest, ok := strings.CutPrefix(key, keyPrefix)
+	if !ok || len(rest) != 36 {
+		return uuid.UUID{}, false
+	}
+	id, err := uuid.Parse(rest)
+	return id, err == nil
+}
 
 func checkKey(k string) error {
 	if len(k) > maxKeyLen {

@@ -14,6 +14,7 @@ import (
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -134,4 +135,95 @@ func TestIdempotencyKeyHoldsForADayWhateverTheHour(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = $1`, tenant).Scan(&n))
 	require.Equal(t, 2, n)
+}
+
+// An event published without a key gets idk_ and its id, stored in no
+// idempotency key table: no other event can hold it. A producer repeating
+// it (alone or in a batch) gets that event, or a conflict for another
+// request; another tenant's event of the same key, or a key of the same
+// form naming no event, is a new event whose key is stored as any other.
+// Replays and test events get keys of their own id too.
+func TestAGeneratedKeyIsTheEventsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
+	runService(t, svc)
+	tenant, other := addTenant(t, pool, "t"), addTenant(t, pool, "u")
+	hook := hooks{t: t, store: webhook.NewStore(pool), tenant: tenant}.add([]string{"order.*"}, "")
+	count := func(sql string, args ...any) int {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, sql, args...).Scan(&n))
+		return n
+	}
+	storedKeys := func(tenant uuid.UUID) int {
+		return count(`SELECT count(*) FROM event_keys WHERE tenant_id = $1`, tenant)
+	}
+
+	req := event.Request{EventType: "order.created", Data: json.RawMessage(`{"n":1}`)}
+	first, err := svc.Publish(ctx, tenant, req)
+	require.NoError(t, err)
+	require.Equal(t, "idk_"+first.ID.String(), first.IdempotencyKey)
+	require.Equal(t, 1, first.Deliveries)
+	require.Zero(t, storedKeys(tenant), "a generated key is stored in no key table")
+	got, err := svc.GetByKey(ctx, tenant, first.IdempotencyKey)
+	require.NoError(t, err)
+	require.Equal(t, first.ID, got.ID)
+
+	repeat := req
+	repeat.IdempotencyKey = first.IdempotencyKey
+	again, err := svc.Publish(ctx, tenant, repeat)
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, first.ID, again.ID)
+	require.Equal(t, 1, again.Deliveries)
+
+	changed := repeat
+	changed.Data = json.RawMessage(`{"n":2}`)
+	_, err = svc.Publish(ctx, tenant, changed)
+	require.ErrorIs(t, err, event.ErrIdempotencyConflict)
+
+	batch, err := svc.PublishBatch(ctx, tenant, []event.Request{req, repeat, changed})
+	require.NoError(t, err)
+	require.NoError(t, batch[0].Err)
+	require.False(t, batch[0].Result.Replayed)
+	require.Equal(t, "idk_"+batch[0].Result.ID.String(), batch[0].Result.IdempotencyKey)
+	require.NoError(t, batch[1].Err)
+	require.True(t, batch[1].Result.Replayed)
+	require.Equal(t, first.ID, batch[1].Result.ID)
+	require.ErrorIs(t, batch[2].Err, event.ErrIdempotencyConflict)
+	require.Zero(t, storedKeys(tenant))
+	require.Equal(t, 2, count(`SELECT count(*) FROM events WHERE tenant_id = $1`, tenant))
+	require.Equal(t, 2, count(`SELECT count(*) FROM deliveries WHERE webhook_id = $1`, hook.ID))
+
+	elsewhere, err := svc.Publish(ctx, other, repeat)
+	require.NoError(t, err, "another tenant's key is its own")
+	require.False(t, elsewhere.Replayed)
+	require.NotEqual(t, first.ID, elsewhere.ID)
+	require.Equal(t, 2, storedKeys(other), "held today and tomorrow, as a producer's key")
+
+	unclaimed := req
+	unclaimed.IdempotencyKey = "idk_" + uuid.Must(uuid.NewV7()).String()
+	fresh, err := svc.Publish(ctx, tenant, unclaimed)
+	require.NoError(t, err)
+	require.False(t, fresh.Replayed)
+	require.Equal(t, 2, storedKeys(tenant))
+	again, err = svc.Publish(ctx, tenant, unclaimed)
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, fresh.ID, again.ID)
+
+	replay, err := svc.Replay(ctx, tenant, first.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, "idk_"+replay.ID.String(), replay.IdempotencyKey)
+	test, err := svc.SendTest(ctx, tenant, hook.ID)
+	require.NoError(t, err)
+	require.Equal(t, "idk_"+test.ID.String(), test.IdempotencyKey)
+	require.Equal(t, 2, storedKeys(tenant), "replays and test events store no key")
+	repeat.IdempotencyKey = replay.IdempotencyKey
+	again, err = svc.Publish(ctx, tenant, repeat)
+	require.NoError(t, err)
+	require.True(t, again.Replayed, "a replay's key is held by the replay, the original's request")
+	require.Equal(t, replay.ID, again.ID)
 }

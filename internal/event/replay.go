@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/filter"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/tracing"
@@ -40,7 +39,8 @@ FROM events WHERE id = $1 AND tenant_id = $2`
 	// replayHookSQL holds the webhook named until the replay commits, so
 	// that the filter it was checked against is the one in force.
 	replayHookSQL = `SELECT active, filter FROM webhooks WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL FOR SHARE`
-	// replaySQL copies the event under a fresh idempotency key, linked by
+	// replaySQL copies the event under its generated idempotency key (no
+	// other event can hold it: nothing to store in event_keys), linked by
 	// replay_of, and fans it out to the tenant's matching active webhooks
 	// whose filter did not refuse it ($12), or to the one webhook named.
 	// Fanning out, it checks the view of the tenant's filters the event
@@ -56,7 +56,7 @@ FROM events WHERE id = $1 AND tenant_id = $2`
     SELECT $3, tenant_id, event_type, source, $4, request_hash, priority, data, id, $7, $5, nullif($8, ''), nullif($9, '')
     FROM events WHERE id = $1 AND tenant_id = $2 AND NOT EXISTS (SELECT 1 FROM stale)
     RETURNING id, tenant_id, event_type, priority, created_at, idempotency_key
-), ` + eventlog.KeysSQL("ev") + `, ins AS (
+), ins AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
     SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + "%[2]s" + `
     FROM ev JOIN webhooks w ON w.tenant_id = ev.tenant_id AND w.active AND w.deleted_at IS NULL
@@ -159,7 +159,7 @@ func (s *Service) replayOnce(ctx context.Context, tenantID, id uuid.UUID, webhoo
 		parent = tracing.ParentOf(ctx)
 	}
 	newID := uuid.Must(uuid.NewV7())
-	res := Result{ID: newID, IdempotencyKey: keyPrefix + uuid.NewString(), ReplayOf: &id,
+	res := Result{ID: newID, IdempotencyKey: generatedKey(newID), ReplayOf: &id,
 		CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	rows, err := tx.Query(ctx, replayFanOutSQL, id, tenantID, newID, res.IdempotencyKey, res.CreatedAt, webhookID, newID.String(),
 		parent.TraceParent, parent.TraceState, known, versions, refused)

@@ -62,7 +62,10 @@ func (s *Service) WithTracer(t tracing.Tracer) *Service {
 // hence one transaction: every event of the batch is committed with all its
 // deliveries, or nothing is. Events whose idempotency key another event
 // holds (eventlog.KeysSQL), or that repeat one within the batch, are
-// skipped and return no row; each
+// skipped and return no row. $21 is the id each key names (claimedID):
+// an event whose key is its own generated one (the id is its own) stores
+// no key, and one whose key is another event's generated key is skipped
+// while the tenant's event of that id holds it. Each
 // inserted event returns one row of its own and one per delivery (a union,
 // not a join of the two lists, which Postgres would run as a nested loop:
 // events times deliveries). Event types are matched by webhook.FilterSQL;
@@ -73,9 +76,10 @@ func (s *Service) WithTracer(t tracing.Tracer) *Service {
 // the view is returned in the fourth column.
 var publishSQL = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                         $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::int[])
+                         $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::text[], $12::text[], $13::int[],
+                         $21::uuid[])
         AS t(id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
-             traceparent, tracestate, view)
+             traceparent, tracestate, view, claim)
 ), views AS (
     SELECT * FROM unnest($14::int[], $15::uuid[]) AS v(view, tenant_id)
 ), known AS (
@@ -83,14 +87,17 @@ var publishSQL = `WITH input AS (
 ), ` + staleViewsSQL + `, refused AS (
     SELECT * FROM unnest($19::uuid[], $20::uuid[]) AS r(event_id, webhook_id)
 ), fresh AS (
-    SELECT id, tenant_id, idempotency_key FROM input WHERE NOT EXISTS (SELECT 1 FROM stale WHERE stale.view = input.view)
-), ` + eventlog.KeysSQL("fresh") + `, ev AS (
+    SELECT id, tenant_id, idempotency_key, claim FROM input
+    WHERE NOT EXISTS (SELECT 1 FROM stale WHERE stale.view = input.view)
+      AND (claim IS NULL OR claim = id OR NOT EXISTS (SELECT 1 FROM events e
+          WHERE e.id = input.claim AND e.tenant_id = input.tenant_id AND e.idempotency_key = input.idempotency_key))
+), ` + eventlog.KeysSQL("(SELECT * FROM fresh WHERE claim IS DISTINCT FROM id) AS given") + `, ev AS (
     INSERT INTO events (id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data, correlation_id, created_at,
                         traceparent, tracestate)
     SELECT id, tenant_id, event_type, source, idempotency_key, request_hash, priority, data::json, correlation_id, created_at,
            nullif(traceparent, ''), nullif(tracestate, '')
     FROM input
-    WHERE id IN (SELECT event_id FROM keyed)
+    WHERE id IN (SELECT event_id FROM keyed UNION ALL SELECT id FROM fresh WHERE claim = id)
     RETURNING id, tenant_id, event_type, priority, created_at
 ), ins AS (
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
@@ -115,8 +122,15 @@ const staleViewsSQL = `stale AS (
       AND NOT EXISTS (SELECT 1 FROM known k WHERE k.view = v.view AND k.webhook_id = w.id AND k.updated_at = w.updated_at)
 )`
 
-var existingSQL = eventlog.OwnerSQL(`e.id, e.request_hash, e.event_type, e.priority, e.created_at,
-    (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)`)
+const existingColumns = `e.id, e.request_hash, e.event_type, e.priority, e.created_at,
+    (SELECT count(*) FROM deliveries d WHERE d.event_id = e.id AND d.retry_of IS NULL)`
+
+var (
+	existingSQL = eventlog.OwnerSQL(existingColumns)
+	// existingOwnSQL finds the tenant's ($1) event of id $3 when its
+	// generated key is $2.
+	existingOwnSQL = `SELECT ` + existingColumns + ` FROM events e WHERE e.tenant_id = $1 AND e.idempotency_key = $2 AND e.id = $3`
+)
 
 // Publish accepts an event for tenantID: validates it, returns the original
 // event for a repeated idempotency key with the same request, refuses one
@@ -160,8 +174,7 @@ func (s *Service) publish(ctx context.Context, tenantID uuid.UUID, r Request) (R
 			return res, err
 		}
 	}
-	p := &pending{tenantID: tenantID, req: r, hash: hash, id: uuid.Must(uuid.NewV7()),
-		createdAt: time.Now().UTC().Truncate(time.Microsecond)}
+	p := newPending(tenantID, r, hash, time.Now().UTC().Truncate(time.Microsecond))
 	if p.req.CorrelationID == "" {
 		p.req.CorrelationID = p.id.String()
 	}
@@ -173,12 +186,12 @@ func (s *Service) publish(ctx context.Context, tenantID uuid.UUID, r Request) (R
 	}
 	span.AddEvent("committed")
 	if !p.inserted {
-		return s.existing(ctx, tenantID, r.IdempotencyKey, hash)
+		return s.existing(ctx, tenantID, p.req.IdempotencyKey, hash)
 	}
 	s.dispatch.Enqueue(p.tasks...)
 	span.AddEvent("enqueued")
 	metrics.DeliveriesCreated.Add(float64(len(p.tasks)))
-	res := Result{ID: p.id, IdempotencyKey: r.IdempotencyKey, EventType: r.EventType, Priority: r.Priority,
+	res := Result{ID: p.id, IdempotencyKey: p.req.IdempotencyKey, EventType: r.EventType, Priority: r.Priority,
 		Deliveries: len(p.tasks), CreatedAt: p.createdAt}
 	if givenKey {
 		s.remember(ctx, tenantID, res, hash)
@@ -225,7 +238,16 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) existing(ctx context.Context, tenantID uuid.UUID, key string, hash []byte) (Result, error) {
 	var res Result
 	var storedHash []byte
-	err := s.pool.QueryRow(ctx, existingSQL, tenantID, key).Scan(&res.ID, &storedHash, &res.EventType, &res.Priority, &res.CreatedAt, &res.Deliveries)
+	scan := func(row pgx.Row) error {
+		return row.Scan(&res.ID, &storedHash, &res.EventType, &res.Priority, &res.CreatedAt, &res.Deliveries)
+	}
+	err := pgx.ErrNoRows
+	if id, ok := claimedID(key); ok {
+		err = scan(s.pool.QueryRow(ctx, existingOwnSQL, tenantID, key, id))
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = scan(s.pool.QueryRow(ctx, existingSQL, tenantID, key))
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The conflicting row vanished (deleted with its tenant): try again.
 		return Result{}, fmt.Errorf("idempotency key %q conflicted but no event holds it", key)

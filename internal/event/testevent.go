@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/hookline/hookline/internal/eventlog"
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
@@ -30,7 +29,7 @@ var testEventSQL = `WITH hook AS (
     SELECT $1, $2, '` + TestEventType + `', 'hookline', $3, $4, 'normal', $5::json, $6, $7
     WHERE EXISTS (SELECT 1 FROM hook)
     RETURNING id, tenant_id, event_type, priority, created_at, idempotency_key
-), ` + eventlog.KeysSQL("ev") + `
+)
 INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at, order_key)
 SELECT uuidv7(), ev.tenant_id, ev.id, w.id, ev.priority, ev.created_at, ` + webhook.OrderKeySQL("w", "ev.event_type") + `
 FROM ev, hook w
@@ -43,7 +42,8 @@ const testHookStateSQL = `SELECT active FROM webhooks WHERE id = $1 AND tenant_i
 // its owner can see a signed delivery arrive: ErrWebhookNotFound when the
 // webhook is not the tenant's, ErrWebhookInactive when it is paused.
 func (s *Service) SendTest(ctx context.Context, tenantID, webhookID uuid.UUID) (Result, error) {
-	res := Result{ID: uuid.Must(uuid.NewV7()), IdempotencyKey: keyPrefix + uuid.NewString(), EventType: TestEventType,
+	id := uuid.Must(uuid.NewV7())
+	res := Result{ID: id, IdempotencyKey: generatedKey(id), EventType: TestEventType,
 		Priority: "normal", CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	data, err := json.Marshal(map[string]any{"test": true, "webhook_id": webhookID,
 		"message": "A test event sent from hookline to check this endpoint.", "sent_at": res.CreatedAt})

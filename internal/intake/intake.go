@@ -218,11 +218,8 @@ func (s *Source) read(ctx context.Context, d amqp.Delivery) (tenant.Principal, e
 	if err != nil {
 		return tenant.Principal{}, event.Request{}, err
 	}
-	if req.IdempotencyKey == "" {
+	if req.IdempotencyKey == "" && d.MessageId != "" {
 		req.IdempotencyKey, req.OwnKey = d.MessageId, true
-		if req.IdempotencyKey == "" {
-			req.IdempotencyKey = event.NewIdempotencyKey()
-		}
 	}
 	if req.CorrelationID = header(d, "X-Correlation-Id"); req.CorrelationID == "" {
 		req.CorrelationID = d.CorrelationId
