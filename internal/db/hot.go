@@ -63,10 +63,6 @@ type HotPool struct {
 	// new delivery's event cost 112 to 153 us on average instead of about
 	// 10.
 	IndexScans bool
-	// Settings are further settings of every connection of the pool, for
-	// the whole session (history.TalliedSettings: each statement the pool
-	// runs is counted by its process).
-	Settings map[string]string
 }
 
 // OpenHot returns the pool h describes on pool's database, with pool's
@@ -80,9 +76,6 @@ func OpenHot(pool *pgxpool.Pool, h HotPool, log *slog.Logger) (*pgxpool.Pool, er
 	}
 	if h.GenericPlans || h.IndexScans {
 		cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
-	}
-	for k, v := range h.Settings {
-		cfg.ConnConfig.RuntimeParams[k] = v
 	}
 	if h.Prepare != nil {
 		after := cfg.AfterConnect

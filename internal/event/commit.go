@@ -63,11 +63,9 @@ type committer struct {
 	pool *pgxpool.Pool
 	// hot runs the commits while the committer runs: a pool of its own,
 	// one connection per runner, each prepared before the first publish
-	// and set for its whole session to write what the tally counts
-	// (history.TalliedSettings), hence hotTallied; pool otherwise.
-	hot        *pgxpool.Pool
-	hotTallied bool
-	batch      *batch.Batcher[*pending, struct{}]
+	// (db.HotPool); pool otherwise.
+	hot   *pgxpool.Pool
+	batch *batch.Batcher[*pending, struct{}]
 	// tally counts the deliveries the commits create for the rollups.
 	tally *history.Tally
 	log   *slog.Logger
@@ -114,7 +112,7 @@ const commitWait = 30 * time.Second
 func (c *committer) commitAll(ctx context.Context, batch []*pending) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
 	defer cancel()
-	return c.exec(ctx, c.pool, false, batch)
+	return c.exec(ctx, c.pool, batch)
 }
 
 // run commits until ctx ends, then commits what is still waiting; the
@@ -130,13 +128,12 @@ func (c *committer) run(ctx context.Context) error {
 			c.log.Warn("rollup tally stopped", "error", err)
 		}
 	}()
-	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare, IndexScans: true,
-		Settings: history.TalliedSettings()}, c.log)
+	hot, err := db.OpenHot(c.pool, db.HotPool{MaxConns: commitWorkers, Ready: commitWorkers, Prepare: c.prepare, IndexScans: true}, c.log)
 	if err != nil {
 		c.log.Warn("publish commits share the api's pool", "error", err)
 		return c.batch.Run(ctx)
 	}
-	c.hot, c.hotTallied = hot, true
+	c.hot = hot
 	defer hot.Close()
 	return c.batch.Run(ctx)
 }
@@ -144,11 +141,11 @@ func (c *committer) run(ctx context.Context) error {
 // prepare runs the publish statement on a new connection of the hot
 // pool, with no event to insert.
 func (c *committer) prepare(ctx context.Context, conn *pgx.Conn) error {
-	return c.exec(ctx, conn, true, nil)
+	return c.exec(ctx, conn, nil)
 }
 
 func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, error) {
-	return make([]struct{}, len(batch)), c.exec(ctx, c.hot, c.hotTallied, batch)
+	return make([]struct{}, len(batch)), c.exec(ctx, c.hot, batch)
 }
 
 // batchSender runs a pgx.Batch: a pool, or one of its connections.
@@ -157,10 +154,9 @@ type batchSender interface {
 }
 
 // exec commits batch by publishSQL, and counts the deliveries it created
-// in the tally. The rollup triggers must not count them too: q's session
-// says so when tallied is true (history.TalliedSettings), otherwise the
-// statement's transaction does (history.MarkTallied).
-func (c *committer) exec(ctx context.Context, q batchSender, tallied bool, batch []*pending) error {
+// in the tally (the statement keeps the rollup triggers from counting
+// them: history.MarkTallied).
+func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) error {
 	n := len(batch)
 	ids, tenants := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	types, sources, keys := make([]string, n), make([]string, n), make([]string, n)
@@ -190,14 +186,12 @@ func (c *committer) exec(ctx context.Context, q batchSender, tallied bool, batch
 		}
 	}
 	b := &pgx.Batch{}
-	if !tallied {
-		history.MarkTallied(b)
-	}
+	history.MarkTallied(b)
 	b.Queue(publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
 		parents, states, views.of(batch), views.numbers, views.tenants, views.knownView, views.knownHook, views.knownVersion,
 		refusedEvents, refusedHooks, claims)
 	results := q.SendBatch(ctx, b)
-	if err := c.scan(results, tallied, batch, byID, views); err != nil {
+	if err := c.scan(results, batch, byID, views); err != nil {
 		_ = results.Close()
 		return err
 	}
@@ -212,14 +206,10 @@ func (c *committer) exec(ctx context.Context, q batchSender, tallied bool, batch
 	return nil
 }
 
-// scan reads what publishSQL returned into batch, after the setting
-// history.MarkTallied queued unless the session was tallied.
-func (c *committer) scan(results pgx.BatchResults, tallied bool, batch []*pending, byID map[uuid.UUID]*pending,
-	views *viewArgs) error {
-	if !tallied {
-		if _, err := results.Exec(); err != nil {
-			return fmt.Errorf("insert events: %w", err)
-		}
+// scan reads what publishSQL returned into batch.
+func (c *committer) scan(results pgx.BatchResults, batch []*pending, byID map[uuid.UUID]*pending, views *viewArgs) error {
+	if _, err := results.Exec(); err != nil {
+		return fmt.Errorf("insert events: %w", err)
 	}
 	rows, err := results.Query()
 	if err != nil {

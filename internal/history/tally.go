@@ -97,14 +97,6 @@ func MarkTallied(b *pgx.Batch) {
 	b.Queue(`SELECT set_config('` + tallySetting + `', 'process', true)`)
 }
 
-// TalliedSettings are the session settings (db.HotPool.Settings) of a
-// pool whose every statement writes what its process counts: as
-// MarkTallied for each of its transactions, without a statement of its
-// own in each.
-func TalliedSettings() map[string]string {
-	return map[string]string{tallySetting: "process"}
-}
-
 // Created counts n deliveries to webhook, created at createdAt.
 func (t *Tally) Created(webhook, tenant uuid.UUID, createdAt time.Time, n int) {
 	t.mu.Lock()
