@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
@@ -74,9 +75,7 @@ func TestGetByKeyRefusesUnstorableKey(t *testing.T) {
 // gets the event it created.
 func TestPublishReportsItsCommitAfterTheCallerGaveUp(t *testing.T) {
 	t.Parallel()
-	pool := dbtest.New(t)
-	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
-	runService(t, svc)
+	svc, pool := runningService(t)
 	tenant := addTenant(t, pool, "t")
 
 	gone, cancel := context.WithCancel(context.Background())
@@ -95,9 +94,7 @@ func TestPublishReportsItsCommitAfterTheCallerGaveUp(t *testing.T) {
 func TestIdempotencyKeyHoldsForADayWhateverTheHour(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
-	runService(t, svc)
+	svc, pool := runningService(t)
 	tenant := addTenant(t, pool, "t")
 	req := event.Request{EventType: "order.created", Data: json.RawMessage(`{"n":1}`), IdempotencyKey: "order-1"}
 	first, err := svc.Publish(ctx, tenant, req)
@@ -147,9 +144,7 @@ func TestIdempotencyKeyHoldsForADayWhateverTheHour(t *testing.T) {
 func TestAGeneratedKeyIsTheEventsOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
-	runService(t, svc)
+	svc, pool := runningService(t)
 	tenant, other := addTenant(t, pool, "t"), addTenant(t, pool, "u")
 	hook := hooks{t: t, store: webhook.NewStore(pool), tenant: tenant}.add([]string{"order.*"}, "")
 	count := func(sql string, args ...any) int {
@@ -255,4 +250,14 @@ func TestPublishedDeliveriesAreCountedOnce(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(created), 0) FROM delivery_rollups WHERE scope_id = $1 AND NOT hourly`,
 		hook.ID).Scan(&created))
 	require.Equal(t, 3, created)
+}
+
+// runningService is a Service on a database of its own, running until the
+// test ends.
+func runningService(t *testing.T) (*event.Service, *pgxpool.Pool) {
+	t.Helper()
+	pool := dbtest.New(t)
+	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler))
+	runService(t, svc)
+	return svc, pool
 }
