@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookline/hookline/internal/unfinished"
 )
 
 // Persisted is a webhook's circuit as kept in Postgres: the last state a
@@ -119,12 +121,25 @@ func (o *Overrides) Reset(ctx context.Context, webhookID uuid.UUID) error {
 // move that time: a close releases them all now (park_reason released,
 // which the wakers publish at once, every one), a re-opening holds them
 // until the next half-open period.
-const (
-	releaseParkedSQL = `UPDATE deliveries SET park_reason = 'released', next_attempt_at = now(), updated_at = now()
-WHERE webhook_id = $1 AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`
-	holdParkedSQL = `UPDATE deliveries SET next_attempt_at = $2, updated_at = now()
-WHERE webhook_id = $1 AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`
+//
+// They are unfinished, so each statement reads deliveries_circuit_parked_idx
+// from the webhook's unfinished floor, which it moves first (package
+// unfinished): the index keeps an entry for every delivery ever parked
+// behind the circuit until a vacuum.
+var (
+	releaseParkedSQL = parkedSQL(`park_reason = 'released', next_attempt_at = now(), updated_at = now()`)
+	holdParkedSQL    = parkedSQL(`next_attempt_at = $2, updated_at = now()`)
 )
+
+// parkedSQL updates with set the deliveries parked behind the circuit of
+// webhook $1.
+func parkedSQL(set string) string {
+	return `WITH hook AS (SELECT tenant_id FROM webhooks WHERE id = $1), ` +
+		unfinished.AdvanceFloor("$1", "(SELECT tenant_id FROM hook)") + `
+UPDATE deliveries SET ` + set + `
+WHERE webhook_id = $1 AND id >= (SELECT floor FROM next)
+  AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`
+}
 
 // execer is a pool or a transaction.
 type execer interface {

@@ -200,7 +200,11 @@ func TestWorkerRoleGrants(t *testing.T) {
 			VALUES ('{webhook}', '{tenant}', now(), 200, NULL)
 			ON CONFLICT (webhook_id) DO UPDATE SET executed_at = excluded.executed_at WHERE excluded.executed_at > l.executed_at`, true},
 		{`DELETE FROM webhook_last_attempts`, false},
-		{`UPDATE webhook_unfinished_floors SET floor = uuidv7()`, false},
+		// A circuit's hold and release move the webhook's unfinished floor.
+		{`INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor) VALUES ('{webhook}', uuidv7())
+			ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`, true},
+		{`SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = '{webhook}'`, true},
+		{`DELETE FROM webhook_unfinished_floors`, false},
 	}, everyRole...))
 }
 

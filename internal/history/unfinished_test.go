@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/unfinished"
 )
 
 // A webhook's unfinished floor moves to its oldest unfinished delivery and
-// never past one, nor to within FloorLag of now, nor back; a page of
+// never past one, nor to within unfinished.FloorLag of now, nor back; a page of
 // pending deliveries read from it reads a few pages, where one read from
 // the webhook's first entry reads the entries every finished delivery
 // left in deliveries_unfinished_idx. Another tenant cannot move it.
@@ -95,26 +96,26 @@ FROM generate_series(1, 20000) g`, tenant, hook, mine.Event)
 	require.NoError(t, err)
 	require.Equal(t, retrying, storedFloor())
 
-	// With the retrying one exhausted, the floor moves up to FloorLag
+	// With the retrying one exhausted, the floor moves up to unfinished.FloorLag
 	// before now, short of the pending deliveries.
-	earliest := time.Now().Add(-FloorLag).UnixMilli()
+	earliest := time.Now().Add(-unfinished.FloorLag).UnixMilli()
 	floor, err = r.UnfinishedFloor(ctx, tenant, hook)
 	require.NoError(t, err)
-	latest := time.Now().Add(-FloorLag).UnixMilli()
+	latest := time.Now().Add(-unfinished.FloorLag).UnixMilli()
 	require.False(t, before(floor, retrying) || floor == retrying, "moved past the finished delivery")
 	// A UUIDv7's first six bytes are its millisecond.
 	ms := int64(0)
 	for _, b := range floor[:6] {
 		ms = ms<<8 | int64(b)
 	}
-	require.GreaterOrEqual(t, ms, earliest, "FloorLag before the call's now")
-	require.LessOrEqual(t, ms, latest, "no later than FloorLag before now")
+	require.GreaterOrEqual(t, ms, earliest, "unfinished.FloorLag before the call's now")
+	require.LessOrEqual(t, ms, latest, "no later than unfinished.FloorLag before now")
 	require.True(t, before(floor, pending[0]))
 	require.Equal(t, floor, storedFloor())
 
 	// A delivery committed late, with an id taken within the lag, is
 	// still at or after the floor, and listed.
-	late := delivery(time.Now().Add(-FloorLag/2), "pending")
+	late := delivery(time.Now().Add(-unfinished.FloorLag/2), "pending")
 	require.Equal(t, append([]uuid.UUID{late}, pending...), ids("pending"))
 
 	// The floor never moves back: with a stored floor later than what a

@@ -1,0 +1,60 @@
+// Package unfinished keeps each webhook's unfinished floor: an id at or
+// before its oldest unfinished (pending or retrying) delivery, stored in
+// webhook_unfinished_floors.
+//
+// The partial indexes that hold a webhook's unfinished deliveries
+// (deliveries_unfinished_idx, and deliveries_circuit_parked_idx for those
+// parked behind its circuit) keep an entry for every delivery that passed
+// through them until a vacuum: readers skip such an entry but still read
+// its page. A statement that reads them from the webhook's first entry
+// reads pages in proportion to its history; one that reads from the floor
+// reads the entries since its oldest unfinished delivery.
+//
+// The floor only moves forward, to the webhook's oldest unfinished
+// delivery, and never past FloorLag before now. Every delivery's id is
+// taken by uuidv7() in the statement that inserts it, from Postgres's
+// clock, and the transaction commits right after that statement: a
+// delivery not yet visible to the statement that moves the floor has an
+// id from the last moments, which the lag keeps ahead of the floor. A
+// terminal state is final and every new delivery (a retry, a recovery, a
+// replay) takes a new id, so a delivery behind the floor never becomes
+// unfinished again.
+package unfinished
+
+import (
+	"fmt"
+	"time"
+)
+
+// FloorLag is how far before now the floor stops at the latest.
+const FloorLag = 5 * time.Minute
+
+// AdvanceFloor returns the WITH items of a statement that moves the floor
+// of the webhook whose id is the SQL expression webhook, of the tenant
+// whose id is the expression tenant, and names it: the statement reads
+// `(SELECT floor FROM next)`, at or before every unfinished delivery of the
+// webhook. The floor is moved to the webhook's oldest unfinished delivery
+// found from the stored floor (from the webhook's first entry when it has
+// none), or to FloorLag before now if that is earlier or the webhook has
+// none. A concurrent advance may have moved the floor further since: the
+// upsert keeps the greater, and the one named here is at or before both.
+// Nothing moves unless the webhook is the tenant's.
+func AdvanceFloor(webhook, tenant string) string {
+	return fmt.Sprintf(`cur AS (
+    SELECT coalesce((SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = %[1]s),
+        '00000000-0000-0000-0000-000000000000') AS floor
+), head AS (
+    SELECT d.id FROM deliveries d
+    WHERE d.webhook_id = %[1]s AND d.tenant_id = %[2]s AND d.status IN ('pending', 'retrying')
+      AND d.id >= (SELECT floor FROM cur)
+    ORDER BY d.id
+    LIMIT 1
+), next AS (
+    SELECT greatest((SELECT floor FROM cur),
+        least((SELECT id FROM head), uuidv7_floor(now() - interval '%[3]d milliseconds'))) AS floor
+), moved AS (
+    INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor)
+    SELECT w.id, n.floor FROM webhooks w, next n WHERE w.id = %[1]s AND w.tenant_id = %[2]s
+    ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
+)`, webhook, tenant, FloorLag.Milliseconds())
+}
