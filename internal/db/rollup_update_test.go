@@ -1,0 +1,77 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+)
+
+// The update trigger of deliveries counts what each statement changed,
+// whatever its size and whatever statements the connection ran before
+// (PL/pgSQL keeps a trigger's plans for the connection): after one-row
+// updates, statements of 5,000 rows that move states, postponements and
+// the DLQ's keys, and one that changes nothing counted, leave rollups
+// equal to the rows counted afresh.
+func TestRollupUpdatesCountStatementsOfAnySize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	s := dbtest.Seed(t, pool, 1)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority)
+SELECT uuidv7(), $1, $2, $3, 'normal' FROM generate_series(1, 5000)`, s.Tenant, s.Event, s.Webhooks[0])
+	var small []string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT array_agg(id::text) FROM (SELECT id FROM deliveries ORDER BY id LIMIT 8) d`).Scan(&small))
+	for i, id := range small {
+		switch i % 3 {
+		case 0:
+			exec(`UPDATE deliveries SET status = 'retrying' WHERE id = $1`, id)
+		case 1:
+			exec(`UPDATE deliveries SET postponed_count = postponed_count + 1 WHERE id = $1`, id)
+		default:
+			exec(`UPDATE deliveries SET enqueued_at = now() WHERE id = $1`, id)
+		}
+	}
+	exec(`UPDATE deliveries SET postponed_count = postponed_count + 2`)
+	exec(`UPDATE deliveries d SET
+    status = (ARRAY['succeeded', 'exhausted', 'cancelled', 'retrying', 'pending'])[1 + x.n % 5],
+    completed_at = CASE WHEN x.n % 5 < 3 THEN now() - interval '3 hours' END,
+    failure_category = CASE WHEN x.n % 5 = 1 THEN 'http_5xx' END
+FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM deliveries) x
+WHERE x.id = d.id AND d.status IN ('pending', 'retrying')`)
+	// Half the DLQ moves to another hour and category, and nothing counted
+	// changes for every row.
+	exec(`UPDATE deliveries SET completed_at = now(), failure_category = 'timeout'
+WHERE status = 'exhausted' AND right(id::text, 1) < '8'`)
+	exec(`UPDATE deliveries SET updated_at = now(), enqueued_at = NULL`)
+
+	var stored, counted string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT
+    (SELECT concat_ws(' ', sum(created), sum(retrying), sum(succeeded), sum(exhausted), sum(cancelled), sum(postponed))
+     FROM delivery_rollups WHERE scope_id = $1 AND NOT hourly),
+    (SELECT concat_ws(' ', count(*), count(*) FILTER (WHERE status = 'retrying'), count(*) FILTER (WHERE status = 'succeeded'),
+         count(*) FILTER (WHERE status = 'exhausted'), count(*) FILTER (WHERE status = 'cancelled'), sum(postponed_count))
+     FROM deliveries WHERE webhook_id = $1)`, s.Webhooks[0]).Scan(&stored, &counted))
+	require.Equal(t, counted, stored, "delivery rollups: created, retrying, succeeded, exhausted, cancelled, postponed")
+
+	require.NoError(t, conn.QueryRow(ctx, `SELECT
+    (SELECT string_agg(concat_ws(' ', at, failure_category, exhausted), ', ' ORDER BY at, failure_category)
+     FROM dead_letter_rollups WHERE tenant_id = $1 AND hourly AND exhausted <> 0),
+    (SELECT string_agg(concat_ws(' ', at, failure_category, n), ', ' ORDER BY at, failure_category) FROM (
+         SELECT date_trunc('hour', completed_at, 'UTC') AS at, coalesce(failure_category, 'unknown') AS failure_category,
+             count(*) AS n
+         FROM deliveries WHERE tenant_id = $1 AND status = 'exhausted' GROUP BY 1, 2) d)`, s.Tenant).Scan(&stored, &counted))
+	require.Equal(t, counted, stored, "DLQ rollups by hour and category")
+	require.Contains(t, stored, "timeout")
+	require.Contains(t, stored, "http_5xx")
+}
