@@ -9,13 +9,14 @@ import (
 	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
-// The update trigger of deliveries counts what each statement changed,
+// The rollup triggers of deliveries count what each statement changed,
 // whatever its size and whatever statements the connection ran before
 // (PL/pgSQL keeps a trigger's plans for the connection): after one-row
 // updates, statements of 5,000 rows that move states, postponements and
-// the DLQ's keys, and one that changes nothing counted, leave rollups
-// equal to the rows counted afresh.
-func TestRollupUpdatesCountStatementsOfAnySize(t *testing.T) {
+// the DLQ's keys, one that changes nothing counted, and statements of
+// hundreds of retries, first and second, leave rollups equal to the rows
+// counted afresh.
+func TestRollupTriggersCountStatementsOfAnySize(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
@@ -54,6 +55,17 @@ WHERE x.id = d.id AND d.status IN ('pending', 'retrying')`)
 	exec(`UPDATE deliveries SET completed_at = now(), failure_category = 'timeout'
 WHERE status = 'exhausted' AND right(id::text, 1) < '8'`)
 	exec(`UPDATE deliveries SET updated_at = now(), enqueued_at = NULL`)
+	// Retries of most of the DLQ in one statement, delivered, then second
+	// retries of some of them, which are not retried for the first time.
+	retry := func(below string) {
+		t.Helper()
+		exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of)
+SELECT uuidv7(), tenant_id, event_id, webhook_id, 'low', id FROM deliveries
+WHERE status = 'exhausted' AND right(id::text, 1) < $1`, below)
+	}
+	retry("c")
+	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE retry_of IS NOT NULL`)
+	retry("4")
 
 	var stored, counted string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT
@@ -65,13 +77,13 @@ WHERE status = 'exhausted' AND right(id::text, 1) < '8'`)
 	require.Equal(t, counted, stored, "delivery rollups: created, retrying, succeeded, exhausted, cancelled, postponed")
 
 	require.NoError(t, conn.QueryRow(ctx, `SELECT
-    (SELECT string_agg(concat_ws(' ', at, failure_category, exhausted), ', ' ORDER BY at, failure_category)
+    (SELECT string_agg(concat_ws(' ', at, failure_category, exhausted, retried), ', ' ORDER BY at, failure_category)
      FROM dead_letter_rollups WHERE tenant_id = $1 AND hourly AND exhausted <> 0),
-    (SELECT string_agg(concat_ws(' ', at, failure_category, n), ', ' ORDER BY at, failure_category) FROM (
+    (SELECT string_agg(concat_ws(' ', at, failure_category, n, retried), ', ' ORDER BY at, failure_category) FROM (
          SELECT date_trunc('hour', completed_at, 'UTC') AS at, coalesce(failure_category, 'unknown') AS failure_category,
-             count(*) AS n
-         FROM deliveries WHERE tenant_id = $1 AND status = 'exhausted' GROUP BY 1, 2) d)`, s.Tenant).Scan(&stored, &counted))
-	require.Equal(t, counted, stored, "DLQ rollups by hour and category")
+             count(*) AS n, count(*) FILTER (WHERE EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = d.id)) AS retried
+         FROM deliveries d WHERE tenant_id = $1 AND status = 'exhausted' GROUP BY 1, 2) d)`, s.Tenant).Scan(&stored, &counted))
+	require.Equal(t, counted, stored, "DLQ rollups by hour and category: exhausted, retried")
 	require.Contains(t, stored, "timeout")
 	require.Contains(t, stored, "http_5xx")
 }
