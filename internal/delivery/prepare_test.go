@@ -89,3 +89,53 @@ SELECT id FROM d ORDER BY id DESC LIMIT 1`, seed.Tenant, seed.Webhooks[0], n).Sc
 	load(insert(50)) // planned again, on the new statistics
 	byKey(load(insert(2000)))
 }
+
+// The statements that find deliveries by id (the attempt record, the
+// parking, the enqueue mark) run from generic plans made from the
+// statistics of the moment. Made while no delivery was unfinished, such a
+// plan could read the partial index of unfinished deliveries whole and
+// filter it by id; with 3,000 unfinished deliveries since, each must still
+// look its ids up by primary key, reading nothing for none.
+func TestStatementsByKeyReadNoUnfinishedDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	seed := dbtest.Seed(t, pool, 1)
+	insert := func(status string, n int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, completed_at)
+SELECT uuidv7(), $1, $2, $3, 'normal', $4, CASE WHEN $4 <> 'pending' THEN now() END FROM generate_series(1, $5::int)`,
+			seed.Tenant, seed.Event, seed.Webhooks[0], status, n)
+		require.NoError(t, err)
+	}
+	insert("succeeded", 2000)
+	_, err := pool.Exec(ctx, `ANALYZE`)
+	require.NoError(t, err)
+	insert("pending", 3000)
+
+	st := &store{pool: pool}
+	hot, err := db.OpenHot(pool, db.HotPool{MaxConns: 1, Prepare: st.prepare, GenericPlans: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(hot.Close)
+	conn, err := hot.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, tc := range []struct {
+		name, start, args string
+	}{
+		{"record", "WITH input AS (", strings.Repeat("'{}', ", 15) + "'{}'"},
+		{"park", "UPDATE deliveries d SET parked_at", "'{}', '{}', '{}', '{}'"},
+		{"mark", "WITH locked AS (", "'{}', 0"},
+	} {
+		var name string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)`,
+			tc.start).Scan(&name), tc.name)
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+tc.args+`)`)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.NotContains(t, plan, "deliveries_unfinished_idx", "%s:\n%s", tc.name, plan)
+		require.NotContains(t, plan, "Rows Removed by", "%s:\n%s", tc.name, plan)
+	}
+}

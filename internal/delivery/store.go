@@ -240,7 +240,7 @@ type attemptRecord struct {
 // move from, so a second worker holding a duplicate message (or a
 // redelivery after a crash) records nothing: an attempt number is written
 // once. It returns the deliveries whose attempt was recorded.
-const recordSQL = `WITH input AS (
+var recordSQL = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int[], $4::uuid[], $5::int[], $6::text[], $7::text[],
                          $8::int[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::uuid[],
                          $14::timestamptz[], $15::timestamptz[], $16::bool[])
@@ -257,7 +257,8 @@ const recordSQL = `WITH input AS (
         parked_at = CASE WHEN i.park THEN now() WHEN d.park_reason = 'order' THEN d.parked_at END,
         park_reason = CASE WHEN i.park THEN 'backoff' WHEN d.park_reason = 'order' THEN d.park_reason END
     FROM input i
-    WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1 AND d.status IN ('pending', 'retrying')
+    WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1
+      AND ` + wire.UnfinishedByKey("d.status") + `
     RETURNING d.id
 ), ` + failingSinceCTEs + `
 INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,

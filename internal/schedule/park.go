@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Reason is why a delivery is parked (the park_reason column).
@@ -73,10 +74,11 @@ const HeaderReservedAt = "x-reserved-at"
 // current statistics (see db.RunAnalyzer), and they are written
 // in id order, as the worker's attempt records are, so that the two never
 // deadlock.
-const parkSQL = `UPDATE deliveries d SET parked_at = now(), park_reason = i.reason, next_attempt_at = i.until,
+var parkSQL = `UPDATE deliveries d SET parked_at = now(), park_reason = i.reason, next_attempt_at = i.until,
     enqueued_at = NULL, postponed_count = d.postponed_count + 1, updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[]) AS i(id, reason, until, attempts)
-WHERE d.id = ANY($1) AND d.id = i.id AND d.attempt_count = i.attempts AND d.status IN ('pending', 'retrying')
+WHERE d.id = ANY($1) AND d.id = i.id AND d.attempt_count = i.attempts
+  AND ` + wire.UnfinishedByKey("d.status") + `
   AND d.parked_at IS NULL
 RETURNING d.id`
 
