@@ -261,7 +261,7 @@ func countMissed(ctx context.Context, q querier, check filterCheck, rec Recovery
 	args["upto"], args["limit"] = nil, countPage
 	for {
 		args["after"] = after
-		rows, err := q.Query(ctx, missedPageSQL, args)
+		rows, err := q.Query(ctx, missedPageSQL, pageMode, args)
 		if err != nil {
 			return 0, nil, fmt.Errorf("count missed events: %w", err)
 		}

@@ -168,7 +168,7 @@ func (r *Runner) missedPage(ctx context.Context, tx pgx.Tx, c *claim, limit int)
 	}
 	args := c.recovery.args(c.tenantID, c.startedAt)
 	args["after"], args["upto"], args["limit"] = c.lastEvent, *c.uptoEvent, limit
-	rows, err := tx.Query(ctx, missedPageSQL, args)
+	rows, err := tx.Query(ctx, missedPageSQL, pageMode, args)
 	if err != nil {
 		return nil, fmt.Errorf("select missed events: %w", err)
 	}
