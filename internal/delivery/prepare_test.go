@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
@@ -44,13 +45,7 @@ func TestLoadPlannedOnEmptyTablesFindsRowsByKey(t *testing.T) {
 	pool := dbtest.New(t)
 	_, err := db.AnalyzeStale(ctx, pool) // the worker's analyzer, at start
 	require.NoError(t, err)
-	st := &store{pool: pool}
-	hot, err := db.OpenHot(pool, db.HotPool{MaxConns: 1, Prepare: st.prepare, GenericPlans: true}, nil)
-	require.NoError(t, err)
-	t.Cleanup(hot.Close)
-	conn, err := hot.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
+	conn := workerConn(t, pool)
 	var name string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE statement = $1`, loadJobsSQL).Scan(&name))
 
@@ -69,12 +64,7 @@ SELECT id FROM d ORDER BY id DESC LIMIT 1`, seed.Tenant, seed.Webhooks[0], n).Sc
 	}
 	load := func(id uuid.UUID) string {
 		t.Helper()
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+pgx.Identifier{name}.Sanitize()+
-			`(ARRAY['`+id.String()+`']::uuid[])`)
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return strings.Join(lines, "\n")
+		return explainExecute(t, conn, name, `ARRAY['`+id.String()+`']::uuid[]`)
 	}
 	byKey := func(plan string) {
 		t.Helper()
@@ -113,13 +103,7 @@ SELECT uuidv7(), $1, $2, $3, 'normal', $4, CASE WHEN $4 <> 'pending' THEN now() 
 	require.NoError(t, err)
 	insert("pending", 3000)
 
-	st := &store{pool: pool}
-	hot, err := db.OpenHot(pool, db.HotPool{MaxConns: 1, Prepare: st.prepare, GenericPlans: true}, nil)
-	require.NoError(t, err)
-	t.Cleanup(hot.Close)
-	conn, err := hot.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
+	conn := workerConn(t, pool)
 	for _, tc := range []struct {
 		name, start, args string
 	}{
@@ -130,12 +114,34 @@ SELECT uuidv7(), $1, $2, $3, 'normal', $4, CASE WHEN $4 <> 'pending' THEN now() 
 		var name string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)`,
 			tc.start).Scan(&name), tc.name)
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+tc.args+`)`)
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
+		plan := explainExecute(t, conn, name, tc.args)
 		require.NotContains(t, plan, "deliveries_unfinished_idx", "%s:\n%s", tc.name, plan)
 		require.NotContains(t, plan, "Rows Removed by", "%s:\n%s", tc.name, plan)
 	}
+}
+
+// workerConn is a connection of a hot pool as the worker opens it
+// (generic plans), with the statements of a delivery prepared.
+func workerConn(t *testing.T, pool *pgxpool.Pool) *pgxpool.Conn {
+	t.Helper()
+	st := &store{pool: pool}
+	hot, err := db.OpenHot(pool, db.HotPool{MaxConns: 1, Prepare: st.prepare, GenericPlans: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(hot.Close)
+	conn, err := hot.Acquire(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	return conn
+}
+
+// explainExecute runs the prepared statement name with args (SQL
+// literals) under EXPLAIN ANALYZE and returns the plan.
+func explainExecute(t *testing.T, conn *pgxpool.Conn, name, args string) string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE `+
+		pgx.Identifier{name}.Sanitize()+`(`+args+`)`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
 }
