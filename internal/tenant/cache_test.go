@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookline/hookline/internal/config"
 	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 func TestCachedAuthTrustsForTTLOnly(t *testing.T) {
@@ -99,8 +100,7 @@ func TestCachedAuthSharesOneLookupBetweenConcurrentMisses(t *testing.T) {
 	require.Eventually(t, func() bool { return waiting() > 0 }, 10*time.Second, 10*time.Millisecond)
 	// Had every request its own lookup, more would reach the database
 	// within this window.
-	require.Never(t, func() bool { return waiting() > 1 }, 300*time.Millisecond, 10*time.Millisecond,
-		"one lookup for %d requests", requests)
+	testwait.Never(t, 300*time.Millisecond, func() bool { return waiting() > 1 }, "one lookup for %d requests", requests)
 	unlock()
 	for range requests {
 		require.NoError(t, <-results)

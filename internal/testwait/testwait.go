@@ -32,6 +32,27 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 	}
 }
 
+// Never asks cond every Tick for d, on the calling goroutine, and fails t
+// with msg formatted with args (pointers as in Eventually) the first time
+// it holds. Unlike testify's Never, no call of cond is left running when
+// it returns, so cond may use what the test closes when it ends.
+func Never(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.After(d)
+	tick := time.NewTicker(Tick)
+	defer tick.Stop()
+	for {
+		if cond() {
+			t.Fatalf("within %s: "+msg, append([]any{d}, pointees(args)...)...)
+		}
+		select {
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // pointees returns args with each non-nil pointer replaced by its pointee.
 func pointees(args []any) []any {
 	out := make([]any, len(args))

@@ -56,3 +56,38 @@ func TestEventuallyFailsAtTheDeadlineWithPointeesReadThen(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 3*Tick)
 	require.Regexp(t, `^not within `+(3*Tick).String()+`: "late" boom 7 <nil> \{N:[1-9][0-9]*\}$`, got)
 }
+
+// runNever calls Never on a goroutine of its own, since a failure ends it.
+func runNever(cond func() bool, msg string, args ...any) string {
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Never(r, 3*Tick, cond, msg, args...)
+	}()
+	<-done
+	return r.fatal
+}
+
+func TestNeverAsksUntilTheEndAndLeavesNoCallRunning(t *testing.T) {
+	calls, running := 0, false
+	start := time.Now()
+	got := runNever(func() bool {
+		require.False(t, running, "calls overlap")
+		running = true
+		defer func() { running = false }()
+		calls++
+		return false
+	}, "held")
+	require.Empty(t, got)
+	require.GreaterOrEqual(t, time.Since(start), 3*Tick)
+	require.GreaterOrEqual(t, calls, 2)
+	require.False(t, running, "a call outlived Never")
+}
+
+func TestNeverFailsTheFirstTimeTheConditionHolds(t *testing.T) {
+	calls := 0
+	got := runNever(func() bool { calls++; return calls == 2 }, "calls %d", &calls)
+	require.Equal(t, "within "+(3*Tick).String()+": calls 2", got)
+	require.Equal(t, 2, calls)
+}
