@@ -281,11 +281,19 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT secret FROM webhooks`, false},
 		{`SELECT * FROM webhooks`, false},
 		{`SELECT * FROM webhook_last_attempts`, false},
-		{`SELECT * FROM webhook_unfinished_floors`, false},
 		{`SELECT * FROM api_keys`, false},
 		{`SELECT * FROM console_signing_keys`, false},
 		{`SELECT * FROM tenants`, false},
 		{`UPDATE webhooks SET active = true`, false},
+		// The sweeps move their floors (lost deliveries move every
+		// webhook's unfinished floor) and delete none.
+		{`INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor) VALUES ('{webhook}', uuidv7())
+			ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`, true},
+		{`SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = '{webhook}'`, true},
+		{`DELETE FROM webhook_unfinished_floors`, false},
+		{`INSERT INTO dead_letter_sweep_floor AS f (floor) VALUES (now())
+			ON CONFLICT (one) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`, true},
+		{`DELETE FROM dead_letter_sweep_floor`, false},
 		{`UPDATE events SET event_type = 'x'`, false},
 		{`INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority) VALUES (gen_random_uuid(), '{tenant}', '{}', 1, 'low')`, false},
 		{`SELECT * FROM circuit_breaker_states`, false},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/supervisor"
+	"github.com/hookline/hookline/internal/unfinished"
 	"github.com/hookline/hookline/internal/wire"
 )
 
@@ -32,8 +33,8 @@ type Sweeper struct {
 	Interval time.Duration
 	Age      time.Duration
 	// LostInterval is how often lost deliveries are looked for (default
-	// ten minutes: no index covers enqueued deliveries, so the query reads
-	// the table), LostAge how long one must have been due, enqueued and
+	// ten minutes: the query looks up every webhook's unfinished floor),
+	// LostAge how long one must have been due, enqueued and
 	// unchanged (default an hour: far longer than a message waits in any
 	// queue).
 	LostInterval time.Duration
@@ -46,15 +47,52 @@ func NewSweeper(pool *pgxpool.Pool, d dispatcher, log *slog.Logger) *Sweeper {
 		LostInterval: 10 * time.Minute, LostAge: time.Hour}
 }
 
-const sweepSQL = `UPDATE deliveries d SET dead_lettered_at = now()
-FROM events e
-WHERE d.id IN (
+// sweepSQL records up to 1,000 exhausted deliveries whose dead letter is
+// over $1 late, oldest first, and moves the sweep's floor.
+//
+// deliveries_unrecorded_idx holds, by completed_at, the exhausted
+// deliveries not yet recorded; an entry stays until a vacuum after its
+// delivery was recorded, normally a moment after it was exhausted, so the
+// index holds nearly every exhausted delivery in the table's history.
+// dead_letter_sweep_floor keeps a time at or before every unrecorded one:
+// the sweep reads the index from there. The floor moves to the oldest
+// delivery left unrecorded (one another transaction holds, or this sweep
+// left for the next), and never past sweepFloorLag before now: a
+// delivery's completed_at is the start of the transaction that exhausted
+// it, which commits well within that. The update finds the deliveries it
+// locked by id: naming their state again would let the planner read the
+// index whole instead (as wire.UnfinishedByKey explains), and a locked
+// exhausted delivery stays exhausted.
+var sweepSQL = fmt.Sprintf(`WITH cur AS (
+    SELECT coalesce((SELECT floor FROM dead_letter_sweep_floor), '-infinity') AS floor
+), due AS (
     SELECT id FROM deliveries
-    WHERE status = 'exhausted' AND dead_lettered_at IS NULL AND completed_at < now() - $1::interval
+    WHERE status = 'exhausted' AND dead_lettered_at IS NULL
+      AND completed_at >= (SELECT floor FROM cur) AND completed_at < now() - $1::interval
+    ORDER BY completed_at
     LIMIT 1000
-    FOR UPDATE SKIP LOCKED)
-  AND d.status = 'exhausted' AND d.dead_lettered_at IS NULL AND e.id = d.event_id
-RETURNING ` + exhaustedColumns
+    FOR UPDATE SKIP LOCKED
+), swept AS (
+    UPDATE deliveries d SET dead_lettered_at = now()
+    FROM events e, due
+    WHERE d.id = due.id AND d.dead_lettered_at IS NULL AND e.id = d.event_id
+    RETURNING `+exhaustedColumns+`
+), next AS (
+    SELECT least(
+        (SELECT min(completed_at) FROM deliveries
+         WHERE status = 'exhausted' AND dead_lettered_at IS NULL AND completed_at >= (SELECT floor FROM cur)
+           AND id NOT IN (SELECT id FROM swept)),
+        now() - interval '%[1]d milliseconds') AS floor
+), moved AS (
+    INSERT INTO dead_letter_sweep_floor AS f (floor) SELECT floor FROM next
+    ON CONFLICT (one) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
+)
+SELECT * FROM swept`, sweepFloorLag.Milliseconds())
+
+// sweepFloorLag is how far before now the sweep's floor stops at the
+// latest. It exceeds the sweep's Age, so that a delivery not yet due is
+// never behind the floor.
+const sweepFloorLag = 5 * time.Minute
 
 // lostSQL clears the enqueued mark of deliveries whose message is lost, so
 // that the outbox relay publishes them again, due now: the relay's passes
@@ -63,16 +101,32 @@ RETURNING ` + exhaustedColumns
 // alone (they wait in Postgres, not in a queue, and a waker or whoever
 // finishes the one before publishes them) and any delivery something
 // touched within the age (a deferral, a park, a wake-up, an attempt).
-const lostSQL = `WITH lost AS (
-    SELECT id, enqueued_at FROM deliveries
-    WHERE status IN ('pending', 'retrying') AND parked_at IS NULL AND enqueued_at < now() - $1::interval
-      AND updated_at < now() - $1::interval AND coalesce(next_attempt_at, created_at) < now() - $1::interval
+//
+// It reads each webhook's unfinished deliveries from its unfinished floor,
+// which it moves first (package unfinished): not the entries that every
+// finished delivery left in deliveries_unfinished_idx. It takes no locks
+// as it reads: the update checks its conditions again on the row it
+// changes, so a delivery touched meanwhile, or swept by another dlq
+// process, is left as it is. Each webhook's deliveries are read through
+// their own range of the index (the LIMIT keeps the planner from joining
+// the whole index to the floors), and the update finds them by id
+// (wire.UnfinishedByKey).
+var lostSQL = `WITH ` + unfinished.AdvanceFloors() + `, lost AS MATERIALIZED (
+    SELECT d.id, d.enqueued_at FROM floors n
+    CROSS JOIN LATERAL (
+        SELECT id, enqueued_at FROM deliveries
+        WHERE webhook_id = n.webhook_id AND status IN ('pending', 'retrying') AND id >= n.floor
+          AND parked_at IS NULL AND enqueued_at < now() - $1::interval AND updated_at < now() - $1::interval
+          AND coalesce(next_attempt_at, created_at) < now() - $1::interval
+        ORDER BY id
+        LIMIT 1000
+    ) d
     LIMIT 1000
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE deliveries d SET enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
 FROM lost
-WHERE d.id = lost.id AND d.status IN ('pending', 'retrying') AND d.parked_at IS NULL
+WHERE d.id = lost.id AND ` + wire.UnfinishedByKey("d.status") + ` AND d.parked_at IS NULL
+  AND d.enqueued_at < now() - $1::interval AND d.updated_at < now() - $1::interval
 RETURNING d.id, d.tenant_id, d.attempt_count, lost.enqueued_at`
 
 // Run sweeps until ctx ends: exhausted deliveries every Interval, lost

@@ -58,3 +58,31 @@ func AdvanceFloor(webhook, tenant string) string {
     ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
 )`, webhook, tenant, FloorLag.Milliseconds())
 }
+
+// AdvanceFloors returns the WITH items of a statement that moves the floor
+// of every webhook not deleted, as AdvanceFloor moves one, and names them:
+// the statement reads `floors (webhook_id, floor)`, a row per webhook at or
+// before each of its unfinished deliveries. A deleted webhook has none (its
+// deletion cancels them in the same statement), so it has no row. It costs
+// a lookup per webhook, from its stored floor to its oldest unfinished
+// delivery, for statements that must see every unfinished delivery (the
+// dlq's sweep of lost deliveries) without reading the entries the
+// finished ones left in the partial indexes.
+func AdvanceFloors() string {
+	return fmt.Sprintf(`cur AS (
+    SELECT w.id AS webhook_id, coalesce(f.floor, '00000000-0000-0000-0000-000000000000') AS floor
+    FROM webhooks w LEFT JOIN webhook_unfinished_floors f ON f.webhook_id = w.id
+    WHERE w.deleted_at IS NULL
+), floors AS (
+    SELECT c.webhook_id, greatest(c.floor, least(
+        (SELECT d.id FROM deliveries d
+         WHERE d.webhook_id = c.webhook_id AND d.status IN ('pending', 'retrying') AND d.id >= c.floor
+         ORDER BY d.id LIMIT 1),
+        uuidv7_floor(now() - interval '%[1]d milliseconds'))) AS floor
+    FROM cur c
+), moved AS (
+    INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor)
+    SELECT webhook_id, floor FROM floors
+    ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
+)`, FloorLag.Milliseconds())
+}
