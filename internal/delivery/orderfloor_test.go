@@ -2,6 +2,8 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,4 +145,65 @@ FROM generate_series(1, 20000) g`, seed.Tenant, hook)
 	var other [2]uuid.UUID
 	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = 'other-key'`).Scan(&other[0], &other[1]))
 	require.Equal(t, noFloor, other)
+}
+
+// LowerOrderFloorsSQL reads its keys once, whatever their number: a chunk
+// of 1,000 keys lowers the floors above its deliveries, keeps those below,
+// and gives the new keys one that bounds nothing, with no part of its plan
+// run again for each key.
+func TestLowerOrderFloorsReadsItsKeysOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	const n = 1000
+	keys := make([]string, n)
+	events, ids := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	for j := range keys {
+		keys[j] = fmt.Sprintf("key-%04d", j)
+		events[j], ids[j] = uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	}
+	// Keys 0-499 have a floor above the new deliveries, 500-749 one below
+	// them, 750-999 none.
+	_, err := pool.Exec(ctx, `INSERT INTO order_floors (order_key, event_id, id)
+SELECT k, CASE WHEN g < 500 THEN uuidv7_floor(now() + interval '1 hour') ELSE uuidv7_floor(now() - interval '1 hour') END, uuidv7()
+FROM unnest($1::text[]) WITH ORDINALITY AS u(k, g1), LATERAL (SELECT g1 - 1 AS g) x WHERE g < 750`, keys)
+	require.NoError(t, err)
+	var before [2]uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = $1`, keys[600]).Scan(&before[0], &before[1]))
+
+	var text string
+	require.NoError(t, pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+webhook.LowerOrderFloorsSQL, keys, events, ids).Scan(&text))
+	var plan []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(text), &plan))
+	require.Len(t, plan, 1)
+	var walk func(planNode)
+	walk = func(p planNode) {
+		require.LessOrEqual(t, p.Loops, 1, "%s on %s runs once per key", p.Type, p.CTE)
+		for _, c := range p.Plans {
+			walk(c)
+		}
+	}
+	walk(plan[0].Plan)
+
+	floorOf := func(key string) [2]uuid.UUID {
+		t.Helper()
+		var f [2]uuid.UUID
+		require.NoError(t, pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = $1`, key).Scan(&f[0], &f[1]))
+		return f
+	}
+	require.Equal(t, [2]uuid.UUID{events[0], ids[0]}, floorOf(keys[0]), "lowered")
+	require.Equal(t, [2]uuid.UUID{events[499], ids[499]}, floorOf(keys[499]), "lowered")
+	require.Equal(t, before, floorOf(keys[600]), "kept")
+	require.Equal(t, noFloor, floorOf(keys[999]), "new, bounding nothing")
+	var count int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM order_floors`).Scan(&count))
+	require.Equal(t, n, count)
+}
+
+// planNode is a node of a plan as EXPLAIN (ANALYZE, FORMAT JSON) gives it.
+type planNode struct {
+	Type  string     `json:"Node Type"`
+	CTE   string     `json:"CTE Name"`
+	Loops int        `json:"Actual Loops"`
+	Plans []planNode `json:"Plans"`
 }
