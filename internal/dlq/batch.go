@@ -393,11 +393,13 @@ func (r *Runner) fail(ctx context.Context, id uuid.UUID, reason string) {
 }
 
 // trackSQL counts the outcomes of the deliveries each open batch created
-// (and of recently cancelled ones, whose enqueued retries go on), and
-// completes a running batch once every retry it enqueued has an outcome.
+// (and of recently cancelled ones, whose enqueued retries go on, until
+// each has an outcome), and completes a running batch once every retry it
+// enqueued has an outcome.
 const trackSQL = `WITH open AS (
     SELECT id FROM batch_operations
-    WHERE state = 'running' OR (state = 'cancelled' AND finished_at > now() - interval '1 day')
+    WHERE state = 'running'
+       OR (state = 'cancelled' AND finished_at > now() - interval '1 day' AND succeeded + failed < processed)
 ), outcomes AS (
     SELECT o.id,
         count(d.id) FILTER (WHERE d.status = 'succeeded') AS succeeded,
