@@ -87,3 +87,66 @@ WHERE status = 'exhausted' AND right(id::text, 1) < $1`, below)
 	require.Contains(t, stored, "timeout")
 	require.Contains(t, stored, "http_5xx")
 }
+
+// The attempt rollups' trigger counts what each statement inserted,
+// whatever its size and whatever statements the connection ran before:
+// after one-row inserts, one of 3,000 attempts over two webhooks and 50
+// minutes, with successes, failures of three categories and latencies of
+// every bucket, leaves rollups equal to the attempts counted afresh:
+// totals, successes and the last success, errors by category, latencies by
+// bucket, by minute and by hour.
+func TestAttemptRollupTriggerCountsStatementsOfAnySize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	s := dbtest.Seed(t, pool, 2)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
+SELECT uuidv7(), $1, $2, w, 'normal', now() - interval '1 hour' FROM unnest($3::uuid[]) w, generate_series(1, 1500)`,
+		s.Tenant, s.Event, s.Webhooks)
+	const attempt = `INSERT INTO delivery_attempts (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
+    status_code, failure_category, duration_ms, scheduled_at, executed_at)
+SELECT id, created_at, $1, tenant_id, webhook_id,
+    CASE WHEN n % 4 = 0 THEN 200 WHEN n % 4 = 1 THEN 503 END,
+    (ARRAY[NULL, 'http_5xx', 'timeout', 'connection'])[1 + n % 4],
+    (n * 37) % 40000, now() - (n % 50) * interval '1 minute', now() - (n % 50) * interval '1 minute'
+FROM (SELECT d.*, row_number() OVER (ORDER BY id) AS n FROM deliveries d) d
+WHERE n <= $2`
+	for i := range 5 {
+		exec(attempt, 10+i, 1)
+	}
+	exec(attempt, 1, 3000)
+
+	const stored = `SELECT scope_id, hourly, at, 'total', sum(attempts)::text || ' ' || sum(successes) || ' ' || coalesce(max(last_success_at)::text, '')
+FROM attempt_rollups GROUP BY 1, 2, 3
+UNION ALL
+SELECT scope_id, hourly, at, 'error ' || e.key, sum(e.value::int)::text FROM attempt_rollups, jsonb_each_text(errors) e GROUP BY 1, 2, 3, 4
+UNION ALL
+SELECT scope_id, hourly, at, 'latency ' || l.key, sum(l.value::int)::text FROM attempt_rollups, jsonb_each_text(latency) l GROUP BY 1, 2, 3, 4`
+	const counted = `WITH a AS (
+    SELECT s.scope_id, g.hourly, g.at, x.* FROM delivery_attempts x
+    CROSS JOIN LATERAL (VALUES (x.webhook_id), (x.tenant_id), ('00000000-0000-0000-0000-000000000000'::uuid)) AS s (scope_id)
+    CROSS JOIN LATERAL (VALUES (false, date_trunc('minute', x.executed_at)), (true, date_trunc('hour', x.executed_at, 'UTC')))
+        AS g (hourly, at)
+)
+SELECT scope_id, hourly, at, 'total', count(*)::text || ' ' || count(*) FILTER (WHERE status_code BETWEEN 200 AND 299) || ' '
+    || coalesce((max(executed_at) FILTER (WHERE status_code BETWEEN 200 AND 299))::text, '')
+FROM a GROUP BY 1, 2, 3
+UNION ALL
+SELECT scope_id, hourly, at, 'error ' || failure_category, count(*)::text FROM a WHERE failure_category IS NOT NULL GROUP BY 1, 2, 3, 4
+UNION ALL
+SELECT scope_id, hourly, at, 'latency ' || latency_bucket(duration_ms), count(*)::text FROM a GROUP BY 1, 2, 3, 4`
+	var missing, extra, rows int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM ((`+counted+`) EXCEPT (`+stored+`)) x),
+    (SELECT count(*) FROM ((`+stored+`) EXCEPT (`+counted+`)) x), (SELECT count(*) FROM (`+counted+`) x)`).Scan(&missing, &extra, &rows))
+	require.Zero(t, missing, "counted but not in the rollups")
+	require.Zero(t, extra, "in the rollups but not counted")
+	require.Greater(t, rows, 1000, "keys of every kind")
+}
