@@ -67,7 +67,9 @@ func AdvanceFloor(webhook, tenant string) string {
 // a lookup per webhook, from its stored floor to its oldest unfinished
 // delivery, for statements that must see every unfinished delivery (the
 // dlq's sweep of lost deliveries) without reading the entries the
-// finished ones left in the partial indexes.
+// finished ones left in the partial indexes. It writes only the floors
+// that move, in webhook order, so that two such statements never
+// deadlock and a webhook whose floor stays is not locked.
 func AdvanceFloors() string {
 	return fmt.Sprintf(`cur AS (
     SELECT w.id AS webhook_id, coalesce(f.floor, '00000000-0000-0000-0000-000000000000') AS floor
@@ -82,7 +84,9 @@ func AdvanceFloors() string {
     FROM cur c
 ), moved AS (
     INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor)
-    SELECT webhook_id, floor FROM floors
+    SELECT n.webhook_id, n.floor FROM floors n JOIN cur c USING (webhook_id)
+    WHERE n.floor > c.floor
+    ORDER BY n.webhook_id
     ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
 )`, FloorLag.Milliseconds())
 }
