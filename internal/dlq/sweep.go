@@ -104,14 +104,18 @@ const sweepFloorLag = 5 * time.Minute
 //
 // It reads each webhook's unfinished deliveries from its unfinished floor,
 // which it moves first (package unfinished): not the entries that every
-// finished delivery left in deliveries_unfinished_idx. It takes no locks
+// finished delivery left in deliveries_unfinished_idx. A lost delivery was
+// created (and its id taken) before it was enqueued, over the age ago; a
+// webhook whose floor is later than that, a minute's margin added, has
+// none and is not read, so most webhooks are read once per age, not at
+// every sweep. It takes no locks
 // as it reads: the update checks its conditions again on the row it
 // changes, so a delivery touched meanwhile, or swept by another dlq
 // process, is left as it is. Each webhook's deliveries are read through
 // their own range of the index (the LIMIT keeps the planner from joining
 // the whole index to the floors), and the update finds them by id
 // (wire.UnfinishedByKey).
-var lostSQL = `WITH ` + unfinished.AdvanceFloors() + `, lost AS MATERIALIZED (
+var lostSQL = `WITH ` + unfinished.AdvanceFloors("uuidv7_floor(now() - $1::interval + interval '1 minute')") + `, lost AS MATERIALIZED (
     SELECT d.id, d.enqueued_at FROM floors n
     CROSS JOIN LATERAL (
         SELECT id, enqueued_at FROM deliveries

@@ -159,6 +159,22 @@ RETURNING id`, f.seed.Tenant, f.seed.Event, w, ago, parked).Scan(&id))
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = $1`, hook).Scan(&floor))
 	require.Equal(t, lost[0], floor, "the webhook's oldest unfinished delivery")
 
+	// The other webhook's delivery ends: the next sweep moves its floor to
+	// five minutes ago, and the one after leaves it out (nothing of it
+	// can be lost before its floor is an hour old).
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, lost[1])
+	otherFloor := func() uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = $1`, other).Scan(&id))
+		return id
+	}
+	require.NoError(t, f.s.sweepLost(ctx))
+	moved := otherFloor()
+	require.Greater(t, moved.String(), lost[1].String(), "moved past the delivery that ended")
+	require.NoError(t, f.s.sweepLost(ctx))
+	require.Equal(t, moved, otherFloor(), "left out")
+
 	fromFloor := dbtest.PagesRead(t, f.pool, lostSQL, f.s.LostAge)
 	fromStart := dbtest.PagesRead(t, f.pool, `SELECT id FROM deliveries
 WHERE webhook_id = $1 AND status IN ('pending', 'retrying') AND parked_at IS NULL AND enqueued_at < now() - interval '1 hour'

@@ -60,21 +60,27 @@ func AdvanceFloor(webhook, tenant string) string {
 }
 
 // AdvanceFloors returns the WITH items of a statement that moves the floor
-// of every webhook not deleted, as AdvanceFloor moves one, and names them:
-// the statement reads `floors (webhook_id, floor)`, a row per webhook at or
-// before each of its unfinished deliveries. A deleted webhook has none (its
-// deletion cancels them in the same statement), so it has no row. It costs
-// a lookup per webhook, from its stored floor to its oldest unfinished
-// delivery, for statements that must see every unfinished delivery (the
-// dlq's sweep of lost deliveries) without reading the entries the
-// finished ones left in the partial indexes. It writes only the floors
-// that move, in webhook order, so that two such statements never
+// of every webhook not deleted whose stored floor is before the SQL
+// expression before (an id), as AdvanceFloor moves one, and names them: the
+// statement reads `floors (webhook_id, floor)`, a row per such webhook at
+// or before each of its unfinished deliveries. Every unfinished delivery of
+// a webhook left out has an id at or after before. A deleted webhook has
+// none (its deletion cancels them in the same statement), so it has no
+// row.
+//
+// It costs a lookup per webhook it moves, from the stored floor to the
+// webhook's oldest unfinished delivery, for statements that look for
+// unfinished deliveries older than some time (the dlq's sweep of lost
+// deliveries) without reading the entries the finished ones left in the
+// partial indexes. A webhook whose floor it moved to FloorLag before now
+// is left out again until that is before before. It writes only the
+// floors that move, in webhook order, so that two such statements never
 // deadlock and a webhook whose floor stays is not locked.
-func AdvanceFloors() string {
+func AdvanceFloors(before string) string {
 	return fmt.Sprintf(`cur AS (
     SELECT w.id AS webhook_id, coalesce(f.floor, '00000000-0000-0000-0000-000000000000') AS floor
     FROM webhooks w LEFT JOIN webhook_unfinished_floors f ON f.webhook_id = w.id
-    WHERE w.deleted_at IS NULL
+    WHERE w.deleted_at IS NULL AND coalesce(f.floor, '00000000-0000-0000-0000-000000000000') < (SELECT %[2]s)
 ), floors AS (
     SELECT c.webhook_id, greatest(c.floor, least(
         (SELECT d.id FROM deliveries d
@@ -88,5 +94,5 @@ func AdvanceFloors() string {
     WHERE n.floor > c.floor
     ORDER BY n.webhook_id
     ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
-)`, FloorLag.Milliseconds())
+)`, FloorLag.Milliseconds(), before)
 }
