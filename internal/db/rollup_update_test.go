@@ -90,9 +90,10 @@ WHERE status = 'exhausted' AND right(id::text, 1) < $1`, below)
 
 // The attempt rollups' trigger counts what each statement inserted,
 // whatever its size and whatever statements the connection ran before:
-// after one-row inserts, one of 3,000 attempts over two webhooks and 50
-// minutes, with successes, failures of three categories and latencies of
-// every bucket, leaves rollups equal to the attempts counted afresh:
+// after one-row inserts, one of 3,000 attempts over two webhooks and 48
+// minutes (in each minute only successes or only failures of one
+// category, in each hour all four), with latencies of every bucket,
+// leaves rollups equal to the attempts counted afresh:
 // totals, successes and the last success, errors by category, latencies by
 // bucket, by minute and by hour.
 func TestAttemptRollupTriggerCountsStatementsOfAnySize(t *testing.T) {
@@ -116,7 +117,7 @@ SELECT uuidv7(), $1, $2, w, 'normal', now() - interval '1 hour' FROM unnest($3::
 SELECT id, created_at, $1, tenant_id, webhook_id,
     CASE WHEN n % 4 = 0 THEN 200 WHEN n % 4 = 1 THEN 503 END,
     (ARRAY[NULL, 'http_5xx', 'timeout', 'connection'])[1 + n % 4],
-    (n * 37) % 40000, now() - (n % 50) * interval '1 minute', now() - (n % 50) * interval '1 minute'
+    (n * 37) % 40000, now() - (n % 48) * interval '1 minute', now() - (n % 48) * interval '1 minute'
 FROM (SELECT d.*, row_number() OVER (ORDER BY id) AS n FROM deliveries d) d
 WHERE n <= $2`
 	for i := range 5 {

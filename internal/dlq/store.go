@@ -93,8 +93,12 @@ FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d
 WHERE d.id = $1 AND d.tenant_id = $2 AND d.webhook_id = $3
 FOR UPDATE OF d`
 
-const insertRetrySQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, created_at, order_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+// insertRetrySQL stores a retry. Its id is taken by uuidv7() from
+// Postgres's clock, as every delivery's is, which the unfinished floors and
+// the sweeps rely on (package unfinished).
+const insertRetrySQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, order_key)
+VALUES (uuidv7(), $1, $2, $3, $4, $5, $6)
+RETURNING id, created_at`
 
 // RetryOptions adjust a retry.
 type RetryOptions struct {
@@ -195,9 +199,9 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	if !s.filters.passes(t.filtered, webhookID) {
 		return uuid.Nil, ErrFilteredOut
 	}
-	id := uuid.Must(uuid.NewV7())
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	if _, err := tx.Exec(ctx, insertRetrySQL, id, tenantID, t.eventID, webhookID, priority, deliveryID, now, t.orderKey); err != nil {
+	var id uuid.UUID
+	var now time.Time
+	if err := tx.QueryRow(ctx, insertRetrySQL, tenantID, t.eventID, webhookID, priority, deliveryID, t.orderKey).Scan(&id, &now); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 			return uuid.Nil, ErrRetryInFlight

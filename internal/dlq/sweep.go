@@ -29,9 +29,12 @@ type Sweeper struct {
 	dispatch dispatcher
 	log      *slog.Logger
 	// Interval is how often exhausted deliveries are swept (default a
-	// minute), Age how long after exhausting (default a minute).
-	Interval time.Duration
-	Age      time.Duration
+	// minute), from the sweep's floor, and FullInterval how often from
+	// the start (default an hour); Age how long after exhausting (default
+	// a minute).
+	Interval     time.Duration
+	FullInterval time.Duration
+	Age          time.Duration
 	// LostInterval is how often lost deliveries are looked for (default
 	// ten minutes: the query looks up every webhook's unfinished floor),
 	// LostAge how long one must have been due, enqueued and
@@ -43,12 +46,13 @@ type Sweeper struct {
 
 // NewSweeper returns a sweeper with the default timings.
 func NewSweeper(pool *pgxpool.Pool, d dispatcher, log *slog.Logger) *Sweeper {
-	return &Sweeper{pool: pool, dispatch: d, log: log, Interval: time.Minute, Age: time.Minute,
+	return &Sweeper{pool: pool, dispatch: d, log: log, Interval: time.Minute, FullInterval: time.Hour, Age: time.Minute,
 		LostInterval: 10 * time.Minute, LostAge: time.Hour}
 }
 
 // sweepSQL records up to 1,000 exhausted deliveries whose dead letter is
-// over $1 late, oldest first, and moves the sweep's floor.
+// over $1 late, oldest first, and moves the sweep's floor; with $2 it
+// reads from the start instead of the floor.
 //
 // deliveries_unrecorded_idx holds, by completed_at, the exhausted
 // deliveries not yet recorded; an entry stays until a vacuum after its
@@ -59,12 +63,16 @@ func NewSweeper(pool *pgxpool.Pool, d dispatcher, log *slog.Logger) *Sweeper {
 // delivery left unrecorded (one another transaction holds, or this sweep
 // left for the next), and never past sweepFloorLag before now: a
 // delivery's completed_at is the start of the transaction that exhausted
-// it, which commits well within that. The update finds the deliveries it
-// locked by id: naming their state again would let the planner read the
-// index whole instead (as wire.UnfinishedByKey explains), and a locked
-// exhausted delivery stays exhausted.
+// it, which commits well within that; a transaction that takes longer
+// (nothing bounds the worker's) is found by the pass from the start, once
+// every FullInterval. The update finds the deliveries it locked by primary
+// key, whatever the estimates (= ANY of their array); naming their state
+// again would let the planner read the index whole instead (as
+// wire.UnfinishedByKey explains), and a locked exhausted delivery stays
+// exhausted.
 var sweepSQL = fmt.Sprintf(`WITH cur AS (
-    SELECT coalesce((SELECT floor FROM dead_letter_sweep_floor), '-infinity') AS floor
+    SELECT CASE WHEN $2::boolean THEN '-infinity'
+                ELSE coalesce((SELECT floor FROM dead_letter_sweep_floor), '-infinity') END AS floor
 ), due AS (
     SELECT id FROM deliveries
     WHERE status = 'exhausted' AND dead_lettered_at IS NULL
@@ -75,7 +83,7 @@ var sweepSQL = fmt.Sprintf(`WITH cur AS (
 ), swept AS (
     UPDATE deliveries d SET dead_lettered_at = now()
     FROM events e, due
-    WHERE d.id = due.id AND d.dead_lettered_at IS NULL AND e.id = d.event_id
+    WHERE d.id = ANY (ARRAY(SELECT id FROM due)) AND d.id = due.id AND d.dead_lettered_at IS NULL AND e.id = d.event_id
     RETURNING `+exhaustedColumns+`
 ), next AS (
     SELECT least(
@@ -108,13 +116,13 @@ const sweepFloorLag = 5 * time.Minute
 // created (and its id taken) before it was enqueued, over the age ago; a
 // webhook whose floor is later than that, a minute's margin added, has
 // none and is not read, so most webhooks are read once per age, not at
-// every sweep. It takes no locks
-// as it reads: the update checks its conditions again on the row it
-// changes, so a delivery touched meanwhile, or swept by another dlq
-// process, is left as it is. Each webhook's deliveries are read through
-// their own range of the index (the LIMIT keeps the planner from joining
-// the whole index to the floors), and the update finds them by id
-// (wire.UnfinishedByKey).
+// every sweep. It skips the deliveries another transaction holds (a
+// worker recording an attempt, another dlq process sweeping) and waits
+// for none. Each webhook's deliveries are read through their own range of
+// the index (the LIMIT keeps the planner from joining the whole index to
+// the floors), and the update finds them by id: by primary key, whatever
+// the estimates (= ANY of their array), and naming their state so that no
+// other index serves (wire.UnfinishedByKey).
 var lostSQL = `WITH ` + unfinished.AdvanceFloors("uuidv7_floor(now() - $1::interval + interval '1 minute')") + `, lost AS MATERIALIZED (
     SELECT d.id, d.enqueued_at FROM floors n
     CROSS JOIN LATERAL (
@@ -124,22 +132,26 @@ var lostSQL = `WITH ` + unfinished.AdvanceFloors("uuidv7_floor(now() - $1::inter
           AND coalesce(next_attempt_at, created_at) < now() - $1::interval
         ORDER BY id
         LIMIT 1000
+        FOR UPDATE SKIP LOCKED
     ) d
     LIMIT 1000
 )
 UPDATE deliveries d SET enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
 FROM lost
-WHERE d.id = lost.id AND ` + wire.UnfinishedByKey("d.status") + ` AND d.parked_at IS NULL
+WHERE d.id = ANY (ARRAY(SELECT id FROM lost)) AND d.id = lost.id AND ` + wire.UnfinishedByKey("d.status") + ` AND d.parked_at IS NULL
   AND d.enqueued_at < now() - $1::interval AND d.updated_at < now() - $1::interval
 RETURNING d.id, d.tenant_id, d.attempt_count, lost.enqueued_at`
 
 // Run sweeps until ctx ends: exhausted deliveries every Interval, lost
 // ones every LostInterval.
 func (s *Sweeper) Run(ctx context.Context) error {
-	lastLost := time.Now()
+	lastLost, lastFull := time.Now(), time.Time{}
 	return supervisor.Every(ctx, s.Interval, s.Interval, func(ctx context.Context) {
-		if err := s.sweepExhausted(ctx); err != nil && ctx.Err() == nil {
+		full := time.Since(lastFull) >= s.FullInterval
+		if err := s.sweepExhausted(ctx, full); err != nil && ctx.Err() == nil {
 			s.log.Warn("dead-letter sweep failed", "error", err)
+		} else if full {
+			lastFull = time.Now()
 		}
 		if time.Since(lastLost) < s.LostInterval {
 			return
@@ -151,9 +163,10 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	})
 }
 
-// Sweep runs each sweep once: exhausted deliveries, then lost ones.
+// Sweep runs each sweep once: exhausted deliveries (from the start), then
+// lost ones.
 func (s *Sweeper) Sweep(ctx context.Context) error {
-	if err := s.sweepExhausted(ctx); err != nil {
+	if err := s.sweepExhausted(ctx, true); err != nil {
 		return err
 	}
 	return s.sweepLost(ctx)
@@ -182,14 +195,15 @@ func (s *Sweeper) sweepLost(ctx context.Context) error {
 }
 
 // sweepExhausted records, with their owner notifications, the exhausted
-// deliveries whose dead letter is over Age late, up to 1,000 at a time.
-func (s *Sweeper) sweepExhausted(ctx context.Context) error {
+// deliveries whose dead letter is over Age late, up to 1,000 at a time,
+// read from the sweep's floor or, when full, from the start.
+func (s *Sweeper) sweepExhausted(ctx context.Context, full bool) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, sweepSQL, s.Age)
+	rows, err := tx.Query(ctx, sweepSQL, s.Age, full)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,8 @@ func (f *sweepFixture) recorded(id uuid.UUID) bool {
 // holds, or one not yet due), never past five minutes before now, and
 // reads deliveries_unrecorded_idx from there: after 20,000 deliveries were
 // exhausted and recorded two days ago, it reads a few pages, where the
-// same read from the first entry reads every entry they left.
+// same read from the first entry reads every entry they left. Its pass
+// from the start finds what a longer transaction left behind the floor.
 func TestExhaustedSweepReadsFromItsFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -83,7 +84,7 @@ FROM generate_series(1, 20000) g`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[
 	_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, held)
 	require.NoError(t, err)
 
-	require.NoError(t, f.s.sweepExhausted(ctx))
+	require.NoError(t, f.s.sweepExhausted(ctx, false))
 	require.True(t, f.recorded(late))
 	require.False(t, f.recorded(held), "another transaction holds it")
 	require.False(t, f.recorded(fresh), "not a minute late")
@@ -92,7 +93,7 @@ FROM generate_series(1, 20000) g`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[
 	require.True(t, floor.Equal(heldAt), "the floor is the held delivery's %v, not %v", heldAt, floor)
 
 	require.NoError(t, holder.Rollback(ctx))
-	require.NoError(t, f.s.sweepExhausted(ctx))
+	require.NoError(t, f.s.sweepExhausted(ctx, false))
 	require.True(t, f.recorded(held))
 	require.False(t, f.recorded(fresh))
 	floor = f.time(`SELECT floor FROM dead_letter_sweep_floor`)
@@ -100,13 +101,23 @@ FROM generate_series(1, 20000) g`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[
 	require.True(t, floor.After(heldAt), "past the held delivery: %v", floor)
 
 	// From the floor, and from the first entry.
-	fromFloor := dbtest.PagesRead(t, f.pool, sweepSQL, f.s.Age)
+	fromFloor := dbtest.PagesRead(t, f.pool, sweepSQL, f.s.Age, false)
 	fromStart := dbtest.PagesRead(t, f.pool, `SELECT id FROM deliveries
 WHERE status = 'exhausted' AND dead_lettered_at IS NULL AND completed_at < now() - interval '1 minute'
 ORDER BY completed_at LIMIT 1000`)
 	t.Logf("pages read: %d from the floor, %d from the first entry", fromFloor, fromStart)
 	require.Less(t, fromFloor, 20)
 	require.Greater(t, fromStart, fromFloor+30, "the entries of the 20,000 recorded deliveries")
+	require.False(t, f.recorded(fresh))
+
+	// A delivery exhausted by a transaction that began before the floor
+	// and committed after the sweep: the sweeps from the floor leave it,
+	// the pass from the start records it.
+	long := f.exhausted(20 * time.Minute)
+	require.NoError(t, f.s.sweepExhausted(ctx, false))
+	require.False(t, f.recorded(long), "behind the floor")
+	require.NoError(t, f.s.sweepExhausted(ctx, true))
+	require.True(t, f.recorded(long), "found from the start")
 	require.False(t, f.recorded(fresh))
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,19 +71,21 @@ func runNever(cond func() bool, msg string, args ...any) string {
 }
 
 func TestNeverAsksUntilTheEndAndLeavesNoCallRunning(t *testing.T) {
-	calls, running := 0, false
+	// Each call takes a tick, so a call is under way at the deadline: one
+	// left running on a goroutine of its own would still be at return.
+	var running, calls atomic.Int32
 	start := time.Now()
 	got := runNever(func() bool {
-		require.False(t, running, "calls overlap")
-		running = true
-		defer func() { running = false }()
-		calls++
+		require.Equal(t, int32(1), running.Add(1), "calls overlap")
+		defer running.Add(-1)
+		calls.Add(1)
+		<-time.After(Tick)
 		return false
 	}, "held")
 	require.Empty(t, got)
 	require.GreaterOrEqual(t, time.Since(start), 3*Tick)
-	require.GreaterOrEqual(t, calls, 2)
-	require.False(t, running, "a call outlived Never")
+	require.GreaterOrEqual(t, calls.Load(), int32(2))
+	require.Zero(t, running.Load(), "a call outlived Never")
 }
 
 func TestNeverFailsTheFirstTimeTheConditionHolds(t *testing.T) {

@@ -60,13 +60,13 @@ func AdvanceFloor(webhook, tenant string) string {
 }
 
 // AdvanceFloors returns the WITH items of a statement that moves the floor
-// of every webhook not deleted whose stored floor is before the SQL
-// expression before (an id), as AdvanceFloor moves one, and names them: the
-// statement reads `floors (webhook_id, floor)`, a row per such webhook at
-// or before each of its unfinished deliveries. Every unfinished delivery of
-// a webhook left out has an id at or after before. A deleted webhook has
-// none (its deletion cancels them in the same statement), so it has no
-// row.
+// of every webhook whose stored floor is before the SQL expression before
+// (an id), as AdvanceFloor moves one, and names them: the statement reads
+// `floors (webhook_id, floor)`, a row per such webhook at or before each
+// of its unfinished deliveries. Every unfinished delivery of a webhook left
+// out has an id at or after before. Deleted webhooks are included: a
+// publish that read the webhook before its deletion may commit a delivery
+// after the deletion cancelled the others.
 //
 // It costs a lookup per webhook it moves, from the stored floor to the
 // webhook's oldest unfinished delivery, for statements that look for
@@ -80,7 +80,7 @@ func AdvanceFloors(before string) string {
 	return fmt.Sprintf(`cur AS (
     SELECT w.id AS webhook_id, coalesce(f.floor, '00000000-0000-0000-0000-000000000000') AS floor
     FROM webhooks w LEFT JOIN webhook_unfinished_floors f ON f.webhook_id = w.id
-    WHERE w.deleted_at IS NULL AND coalesce(f.floor, '00000000-0000-0000-0000-000000000000') < (SELECT %[2]s)
+    WHERE coalesce(f.floor, '00000000-0000-0000-0000-000000000000') < (SELECT %[2]s)
 ), floors AS (
     SELECT c.webhook_id, greatest(c.floor, least(
         (SELECT d.id FROM deliveries d
