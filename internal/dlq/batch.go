@@ -56,6 +56,12 @@ type Runner struct {
 	ClaimTimeout time.Duration
 	// Poll is how often the runner looks for work and updates outcomes.
 	Poll time.Duration
+	// CountEvery is how often the gauges of finished batches are counted
+	// again (reading every batch ever made); those of pending and running
+	// ones are counted at every poll. NewRunner sets a minute.
+	CountEvery time.Duration
+	// countedAt is when the finished batches were last counted.
+	countedAt time.Time
 
 	// programs holds the compiled payload filters of the webhooks whose
 	// deliveries the runner retries.
@@ -67,7 +73,7 @@ type Runner struct {
 func NewRunner(pool *pgxpool.Pool, d dispatcher, log *slog.Logger, concurrency int, claimTimeout time.Duration) *Runner {
 	host, _ := os.Hostname()
 	return &Runner{pool: pool, dispatch: d, log: log, ID: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
-		Concurrency: concurrency, ConcurrencyPerTenant: 1, ClaimTimeout: claimTimeout, Poll: time.Second,
+		Concurrency: concurrency, ConcurrencyPerTenant: 1, ClaimTimeout: claimTimeout, Poll: time.Second, CountEvery: time.Minute,
 		programs: filter.NewCache(0)}
 }
 
@@ -396,10 +402,16 @@ func (r *Runner) fail(ctx context.Context, id uuid.UUID, reason string) {
 // (and of recently cancelled ones, whose enqueued retries go on, until
 // each has an outcome), and completes a running batch once every retry it
 // enqueued has an outcome.
+//
+// The open batches are found through two partial indexes
+// (batch_operations_open_idx, batch_operations_cancelled_idx), and
+// updated by primary key whatever the estimates (= ANY of their array),
+// not by reading every batch ever made.
 const trackSQL = `WITH open AS (
+    SELECT id FROM batch_operations WHERE state = 'running'
+    UNION ALL
     SELECT id FROM batch_operations
-    WHERE state = 'running'
-       OR (state = 'cancelled' AND finished_at > now() - interval '1 day' AND succeeded + failed < processed)
+    WHERE state = 'cancelled' AND succeeded + failed < processed AND finished_at > now() - interval '1 day'
 ), outcomes AS (
     SELECT o.id,
         count(d.id) FILTER (WHERE d.status = 'succeeded') AS succeeded,
@@ -413,15 +425,22 @@ UPDATE batch_operations b SET succeeded = o.succeeded, failed = o.failed,
     finished_at = CASE WHEN b.state = 'running' AND b.enqueued_all_at IS NOT NULL
                   AND o.succeeded + o.failed >= b.processed THEN now() ELSE b.finished_at END
 FROM outcomes o
-WHERE b.id = o.id AND (b.succeeded <> o.succeeded OR b.failed <> o.failed
+WHERE b.id = ANY (ARRAY(SELECT id FROM open)) AND b.id = o.id AND (b.succeeded <> o.succeeded OR b.failed <> o.failed
     OR (b.state = 'running' AND b.enqueued_all_at IS NOT NULL AND o.succeeded + o.failed >= b.processed))
 RETURNING b.id, b.state`
 
-const batchStatesSQL = `SELECT state, count(*) FROM batch_operations GROUP BY state`
+// openStatesSQL counts the batches waiting or running, through
+// batch_operations_open_idx; batchStatesSQL counts them all, reading every
+// batch ever made.
+const (
+	openStatesSQL  = `SELECT state, count(*) FROM batch_operations WHERE state IN ('pending', 'running') GROUP BY state`
+	batchStatesSQL = `SELECT state, count(*) FROM batch_operations GROUP BY state`
+)
 
 // TrackOutcomes brings the succeeded and failed counts of open batches up
 // to date, completes those whose retries all have an outcome, and refreshes
-// the batch gauges.
+// the batch gauges: those of pending and running batches at every call,
+// those of finished ones at most once every CountEvery.
 func (r *Runner) TrackOutcomes(ctx context.Context) error {
 	rows, err := r.pool.Query(ctx, trackSQL)
 	if err != nil {
@@ -438,17 +457,24 @@ func (r *Runner) TrackOutcomes(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("track batch outcomes: %w", err)
 	}
-	rows, err = r.pool.Query(ctx, batchStatesSQL)
+	all := time.Since(r.countedAt) >= r.CountEvery
+	query, counts := openStatesSQL, map[string]int{"pending": 0, "running": 0}
+	if all {
+		query, counts = batchStatesSQL, map[string]int{"pending": 0, "running": 0, "completed": 0, "cancelled": 0, "failed": 0}
+	}
+	rows, err = r.pool.Query(ctx, query)
 	if err != nil {
 		return fmt.Errorf("count batch operations: %w", err)
 	}
 	var n int
-	counts := map[string]int{"pending": 0, "running": 0, "completed": 0, "cancelled": 0, "failed": 0}
 	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { counts[state] = n; return nil }); err != nil {
 		return fmt.Errorf("count batch operations: %w", err)
 	}
 	for s, n := range counts {
 		metrics.BatchOperations.WithLabelValues(s).Set(float64(n))
+	}
+	if all {
+		r.countedAt = time.Now()
 	}
 	return nil
 }

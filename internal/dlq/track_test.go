@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
 // A cancelled batch's retries enqueued before the cancel are counted as
@@ -56,4 +58,34 @@ VALUES (uuidv7(), $1, $2, $3, 'normal', $4, $5, $6, CASE WHEN $4 <> 'pending' TH
 	var state string
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT state FROM batch_operations WHERE id = $1`, batch).Scan(&state))
 	require.Equal(t, "cancelled", state)
+}
+
+// The tracking of outcomes (every second) finds the open batches through
+// their indexes: beside 5,000 finished batches and 500 cancelled ones
+// whose retries all ended, it reads a few pages, and still counts the
+// running batch's outcomes.
+func TestTrackingReadsOnlyOpenBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newSweepFixture(t)
+	f.exec(`INSERT INTO batch_operations
+    (id, tenant_id, filter, requests_per_second, priority, state, processed, succeeded, finished_at)
+SELECT uuidv7(), $1, '{"event_types": ["order.created"]}', 100, 'normal',
+    CASE WHEN g % 10 = 0 THEN 'cancelled' ELSE 'completed' END, 100, 100, now() - g * interval '1 second'
+FROM generate_series(1, 5500) g`, f.seed.Tenant)
+	var running uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO batch_operations
+    (id, tenant_id, filter, requests_per_second, priority, state, processed, started_at)
+VALUES (uuidv7(), $1, '{}', 10, 'normal', 'running', 1, now()) RETURNING id`, f.seed.Tenant).Scan(&running))
+	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, batch_operation_id, retry_of, completed_at)
+VALUES (uuidv7(), $1, $2, $3, 'normal', 'succeeded', $4, $5, now())`,
+		f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], running, f.exhausted(time.Hour))
+	f.exec(`ANALYZE batch_operations`)
+
+	pages := dbtest.PagesRead(t, f.pool, trackSQL)
+	t.Logf("pages read: %d", pages)
+	require.Less(t, pages, 30)
+	var succeeded int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT succeeded FROM batch_operations WHERE id = $1`, running).Scan(&succeeded))
+	require.Equal(t, 1, succeeded, "the running batch counted")
 }

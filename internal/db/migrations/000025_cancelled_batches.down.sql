@@ -1,0 +1,1 @@
+DROP INDEX batch_operations_cancelled_idx;
