@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
@@ -19,16 +20,7 @@ import (
 func TestRollupTriggersCountStatementsOfAnySize(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	s := dbtest.Seed(t, pool, 1)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := conn.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	s, conn, exec := oneConnection(t, 1)
 	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority)
 SELECT uuidv7(), $1, $2, $3, 'normal' FROM generate_series(1, 5000)`, s.Tenant, s.Event, s.Webhooks[0])
 	var small []string
@@ -99,16 +91,7 @@ WHERE status = 'exhausted' AND right(id::text, 1) < $1`, below)
 func TestAttemptRollupTriggerCountsStatementsOfAnySize(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	s := dbtest.Seed(t, pool, 2)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := conn.Exec(ctx, sql, args...)
-		require.NoError(t, err)
-	}
+	s, conn, exec := oneConnection(t, 2)
 	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
 SELECT uuidv7(), $1, $2, w, 'normal', now() - interval '1 hour' FROM unnest($3::uuid[]) w, generate_series(1, 1500)`,
 		s.Tenant, s.Event, s.Webhooks)
@@ -150,4 +133,23 @@ SELECT scope_id, hourly, at, 'latency ' || latency_bucket(duration_ms), count(*)
 	require.Zero(t, missing, "counted but not in the rollups")
 	require.Zero(t, extra, "in the rollups but not counted")
 	require.Greater(t, rows, 1000, "keys of every kind")
+}
+
+// oneConnection returns a database seeded with a tenant, webhooks of it
+// and an event, one connection to it held until the test ends (the
+// triggers' plans are kept per connection), and exec, which runs a
+// statement on that connection and fails the test on error.
+func oneConnection(t *testing.T, webhooks int) (dbtest.Seeded, *pgxpool.Conn, func(sql string, args ...any)) {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	s := dbtest.Seed(t, pool, webhooks)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	return s, conn, func(sql string, args ...any) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
 }
