@@ -36,8 +36,9 @@ type Sweeper struct {
 	FullInterval time.Duration
 	Age          time.Duration
 	// LostInterval is how often lost deliveries are looked for (default
-	// ten minutes: the query looks up every webhook's unfinished floor),
-	// LostAge how long one must have been due, enqueued and
+	// ten minutes: the query reads every webhook's unfinished floor, and
+	// the deliveries of those older than LostAge), LostAge how long one
+	// must have been due, enqueued and
 	// unchanged (default an hour: far longer than a message waits in any
 	// queue).
 	LostInterval time.Duration
