@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/unfinished"
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // Persisted is a webhook's circuit as kept in Postgres: the last state a
@@ -123,9 +124,12 @@ func (o *Overrides) Reset(ctx context.Context, webhookID uuid.UUID) error {
 // until the next half-open period.
 //
 // They are unfinished, so each statement reads deliveries_circuit_parked_idx
-// from the webhook's unfinished floor, which it moves first (package
-// unfinished): the index keeps an entry for every delivery ever parked
-// behind the circuit until a vacuum.
+// through the webhook's unfinished span, which it moves first (package
+// unfinished): the old unfinished deliveries by id, and the range from the
+// span's head. The index keeps an entry for every delivery ever parked
+// behind the circuit until a vacuum. The update then finds them by primary
+// key (= ANY of their array; naming their state so that no partial index
+// serves, see wire.UnfinishedByKey).
 var (
 	releaseParkedSQL = parkedSQL(`park_reason = 'released', next_attempt_at = now(), updated_at = now()`)
 	holdParkedSQL    = parkedSQL(`next_attempt_at = $2, updated_at = now()`)
@@ -137,8 +141,15 @@ func parkedSQL(set string) string {
 	return `WITH hook AS (SELECT tenant_id FROM webhooks WHERE id = $1), ` +
 		unfinished.AdvanceFloor("$1", "(SELECT tenant_id FROM hook)") + `
 UPDATE deliveries SET ` + set + `
-WHERE webhook_id = $1 AND id >= (SELECT floor FROM next)
-  AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`
+WHERE id = ANY (ARRAY(
+        SELECT id FROM deliveries
+        WHERE webhook_id = $1 AND id >= (SELECT head FROM span)
+          AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')
+        UNION ALL
+        SELECT id FROM deliveries
+        WHERE id = ANY ((SELECT behind FROM span)::uuid[]) AND webhook_id = $1
+          AND park_reason = 'circuit_open' AND ` + wire.UnfinishedByKey("status") + `))
+  AND webhook_id = $1 AND park_reason = 'circuit_open' AND ` + wire.UnfinishedByKey("status")
 }
 
 // execer is a pool or a transaction.

@@ -158,9 +158,25 @@ func TestHistoryPagination(t *testing.T) {
 	}
 	require.Equal(t, http.StatusNotFound, c.get("/console/webhooks/"+hook.String()+"?before=xyz").Status)
 
-	// Pending deliveries are read from the webhook's unfinished floor
-	// (history.Reader.UnfinishedFloor): listed, and none once the floor
-	// is ahead of them.
+	// Retrying deliveries of two days ago are read by id, behind the head
+	// of the webhook's unfinished span (history.Reader.UnfinishedSpan):
+	// listed newest first, across pages.
+	old := e.seedAt(tenantID, hook, 60, "order.created", "retrying", -48*time.Hour)
+	slices.SortFunc(old, func(a, b uuid.UUID) int { return bytes.Compare(b[:], a[:]) })
+	seen = nil
+	for path := "/console/webhooks/" + hook.String() + "?state=retrying"; path != ""; {
+		p := c.get(path)
+		require.Equal(t, http.StatusOK, p.Status, p.Body)
+		seen = append(seen, deliveryIDs(p.Body)...)
+		path = ""
+		if m := olderLink.FindStringSubmatch(p.Body); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	require.Equal(t, old, seen)
+
+	// Pending deliveries are read from the head of the span: listed, and
+	// none once the floor is ahead of them.
 	pending := e.seed(tenantID, hook, 3, "order.created", "pending")
 	require.ElementsMatch(t, pending, deliveryIDs(c.get("/console/webhooks/"+hook.String()+"?state=pending").Body))
 	_, err := e.Pool.Exec(context.Background(), `UPDATE webhook_unfinished_floors SET floor = $2 WHERE webhook_id = $1`,

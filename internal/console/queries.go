@@ -24,10 +24,15 @@ const historyColumns = `d.id, d.event_id, d.webhook_id, e.event_type, d.status, 
 // historyFilter selects a page of a webhook's deliveries, newest first.
 type historyFilter struct {
 	Before *uuid.UUID
-	// Floor, for a page of pending or retrying deliveries, is the
-	// webhook's unfinished floor (history.Reader.UnfinishedFloor): the
-	// walk stops there instead of at the webhook's first delivery.
-	Floor     *uuid.UUID
+	// Floor, for a page of pending or retrying deliveries, is the head
+	// of the webhook's unfinished span (history.Reader.UnfinishedSpan):
+	// the walk stops there instead of at the webhook's first delivery.
+	Floor *uuid.UUID
+	// Only and Under, for the rest of such a page, are the span's old
+	// unfinished deliveries, read by id, and its head, which they are
+	// before.
+	Only      []uuid.UUID
+	Under     *uuid.UUID
 	Status    string
 	EventType string
 	From, To  *time.Time
@@ -53,6 +58,14 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 		where = append(where, "d.id >= @floor")
 		args["floor"] = *f.Floor
 	}
+	if f.Only != nil {
+		where = append(where, "d.id = ANY (@only)")
+		args["only"] = f.Only
+	}
+	if f.Under != nil {
+		where = append(where, "d.id < @under")
+		args["under"] = *f.Under
+	}
 	if f.EventType != "" {
 		// The event's tenant too, as in history's list: the planner may
 		// then find a rare type from the tenant's events of that type
@@ -77,15 +90,29 @@ LIMIT @limit`
 	return sql, args
 }
 
-// history returns a page of a webhook's deliveries, newest first.
+// history returns a page of a webhook's deliveries, newest first. A page
+// of pending or retrying ones reads the range from the head of the
+// webhook's unfinished span, then its old unfinished deliveries by id.
 func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]history.Delivery, error) {
-	if history.Unfinished(f.Status) {
-		floor, err := c.deliveries.UnfinishedFloor(ctx, tenantID, webhookID)
-		if err != nil {
-			return nil, fmt.Errorf("delivery history: %w", err)
-		}
-		f.Floor = &floor
+	if !history.Unfinished(f.Status) {
+		return c.historyPage(ctx, tenantID, webhookID, f)
 	}
+	sp, err := c.deliveries.UnfinishedSpan(ctx, tenantID, webhookID)
+	if err != nil {
+		return nil, fmt.Errorf("delivery history: %w", err)
+	}
+	f.Floor = &sp.Head
+	out, err := c.historyPage(ctx, tenantID, webhookID, f)
+	if err != nil || len(out) >= f.Limit || len(sp.Behind) == 0 {
+		return out, err
+	}
+	f.Floor, f.Only, f.Under, f.Limit = nil, sp.Behind, &sp.Head, f.Limit-len(out)
+	rest, err := c.historyPage(ctx, tenantID, webhookID, f)
+	return append(out, rest...), err
+}
+
+// historyPage runs one page query of history.
+func (c *Console) historyPage(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]history.Delivery, error) {
 	sql, args := historySQL(tenantID, webhookID, f)
 	rows, err := c.db.Query(ctx, sql, args)
 	if err != nil {

@@ -112,6 +112,7 @@ WHERE d.webhook_id = $1 AND d.tenant_id = $2 AND e.tenant_id = $2 AND d.id >= $9
   AND ($5::text IS NULL OR e.event_type = $5)
   AND ($6::timestamptz IS NULL OR d.created_at >= $6)
   AND ($7::timestamptz IS NULL OR d.created_at < $7)
+  AND ($11::uuid[] IS NULL OR d.id = ANY ($11))
 ORDER BY d.id
 LIMIT $8`
 )
@@ -160,7 +161,8 @@ type ListFilter struct {
 }
 
 // List returns a page of a webhook's deliveries, oldest first. A page of
-// pending or retrying ones starts at the webhook's unfinished floor. Its
+// pending or retrying ones reads the webhook's unfinished span: its old
+// unfinished deliveries by id, then the range from its head. Its
 // statement is planned with each request's values, never as a generic
 // plan: a generic plan, blind to which optional filters are NULL and how
 // wide the id bounds are, sorts a webhook's whole history to return 50
@@ -168,15 +170,35 @@ type ListFilter struct {
 // ms planned for the request).
 func (r *Reader) List(ctx context.Context, tenantID, webhookID uuid.UUID, f ListFilter) ([]Delivery, error) {
 	lower, upper := IDBounds(f.From, f.To)
+	var out []Delivery
 	if f.Status != nil && Unfinished(*f.Status) {
-		floor, err := r.UnfinishedFloor(ctx, tenantID, webhookID)
+		sp, err := r.UnfinishedSpan(ctx, tenantID, webhookID)
 		if err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
-		lower = later(lower, floor)
+		if len(sp.Behind) > 0 {
+			if out, err = r.list(ctx, tenantID, webhookID, f, f.Limit, lower, earlier(upper, sp.Head), sp.Behind); err != nil {
+				return nil, err
+			}
+		}
+		lower = later(lower, sp.Head)
 	}
+	if len(out) >= f.Limit {
+		return out, nil
+	}
+	rest, err := r.list(ctx, tenantID, webhookID, f, f.Limit-len(out), lower, upper, nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rest...), nil
+}
+
+// list runs listDeliveriesSQL for at most limit deliveries with ids in
+// [lower, upper), and among only when it is not nil.
+func (r *Reader) list(ctx context.Context, tenantID, webhookID uuid.UUID, f ListFilter, limit int, lower, upper uuid.UUID,
+	only []uuid.UUID) ([]Delivery, error) {
 	rows, err := r.pool.Query(ctx, listDeliveriesSQL, pgx.QueryExecModeDescribeExec, webhookID, tenantID, f.After, f.Status,
-		f.EventType, f.From, f.To, f.Limit, lower, upper)
+		f.EventType, f.From, f.To, limit, lower, upper, only)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}

@@ -24,26 +24,49 @@ package unfinished
 import (
 	"fmt"
 	"time"
+
+	"github.com/hookline/hookline/internal/wire"
 )
 
 // FloorLag is how far before now the floor stops at the latest.
 const FloorLag = 5 * time.Minute
 
+// BehindCap is how many old unfinished deliveries a webhook's span keeps
+// by id, behind its head.
+const BehindCap = 100
+
 // AdvanceFloor returns the WITH items of a statement that moves the floor
-// of the webhook whose id is the SQL expression webhook, of the tenant
-// whose id is the expression tenant, and names it: the statement reads
-// `(SELECT floor FROM next)`, at or before every unfinished delivery of the
-// webhook. The floor is moved to the webhook's oldest unfinished delivery
-// found from the stored floor (from the webhook's first entry when it has
-// none), or to FloorLag before now if that is earlier or the webhook has
-// none. A concurrent advance may have moved the floor further since: the
-// upsert keeps the greater, and the one named here is at or before both.
+// and the span of the webhook whose id is the SQL expression webhook, of
+// the tenant whose id is the expression tenant, and names them.
+//
+// The statement reads `(SELECT floor FROM next)`, at or before every
+// unfinished delivery of the webhook. The floor is moved to the webhook's
+// oldest unfinished delivery found from the stored floor (from the
+// webhook's first entry when it has none), or to FloorLag before now if
+// that is earlier or the webhook has none. A concurrent advance may have
+// moved the floor further since: the upsert keeps the greater, and the one
+// named here is at or before both.
+//
+// It also reads `span (head, behind)`: every unfinished delivery of the
+// webhook has an id at or after head, or in behind. One old unfinished
+// delivery (retrying for a day, parked while its webhook is paused) holds
+// the floor, and a statement reading from the floor reads every entry
+// since it; one reading the deliveries of behind by id and the range from
+// head does not. Behind holds the webhook's unfinished deliveries older
+// than FloorLag, up to BehindCap of them, the oldest first; head is
+// FloorLag before now, or the next unfinished delivery when there are
+// more. To find them the statement reads the stored behind by id and the
+// entries from the stored head on: at each call, those since the last.
+// The upsert keeps the later head, with its behind: each pair holds
+// alone, since no delivery behind a head becomes unfinished again.
+//
 // Nothing moves unless the webhook is the tenant's.
 func AdvanceFloor(webhook, tenant string) string {
 	return fmt.Sprintf(`cur AS (
-    SELECT coalesce((SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = %[1]s),
-        '00000000-0000-0000-0000-000000000000') AS floor
-), head AS (
+    SELECT coalesce(f.floor, '00000000-0000-0000-0000-000000000000') AS floor,
+        greatest(f.head, f.floor, '00000000-0000-0000-0000-000000000000') AS head, coalesce(f.behind, '{}') AS behind
+    FROM (SELECT 1) one LEFT JOIN webhook_unfinished_floors f ON f.webhook_id = %[1]s
+), first AS (
     SELECT d.id FROM deliveries d
     WHERE d.webhook_id = %[1]s AND d.tenant_id = %[2]s AND d.status IN ('pending', 'retrying')
       AND d.id >= (SELECT floor FROM cur)
@@ -51,12 +74,32 @@ func AdvanceFloor(webhook, tenant string) string {
     LIMIT 1
 ), next AS (
     SELECT greatest((SELECT floor FROM cur),
-        least((SELECT id FROM head), uuidv7_floor(now() - interval '%[3]d milliseconds'))) AS floor
+        least((SELECT id FROM first), uuidv7_floor(now() - interval '%[3]d milliseconds'))) AS floor
+), still AS (
+    SELECT d.id FROM deliveries d
+    WHERE d.id = ANY ((SELECT behind FROM cur)::uuid[]) AND d.webhook_id = %[1]s AND %[5]s
+), ahead AS (
+    SELECT d.id FROM deliveries d
+    WHERE d.webhook_id = %[1]s AND d.tenant_id = %[2]s AND d.status IN ('pending', 'retrying')
+      AND d.id >= (SELECT head FROM cur) AND d.id < uuidv7_floor(now() - interval '%[3]d milliseconds')
+    ORDER BY d.id
+    LIMIT %[4]d + 1
+), old AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS n FROM (SELECT id FROM still UNION ALL SELECT id FROM ahead) o
+), split AS (
+    SELECT coalesce((SELECT id FROM old WHERE n = %[4]d + 1),
+            greatest((SELECT head FROM cur), uuidv7_floor(now() - interval '%[3]d milliseconds'))) AS head,
+        coalesce((SELECT array_agg(id ORDER BY id) FROM old WHERE n <= %[4]d), '{}') AS behind
+), span AS (
+    SELECT greatest(s.head, n.floor) AS head, s.behind FROM split s, next n
 ), moved AS (
-    INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor)
-    SELECT w.id, n.floor FROM webhooks w, next n WHERE w.id = %[1]s AND w.tenant_id = %[2]s
-    ON CONFLICT (webhook_id) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor
-)`, webhook, tenant, FloorLag.Milliseconds())
+    INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor, head, behind)
+    SELECT w.id, n.floor, s.head, s.behind FROM webhooks w, next n, split s WHERE w.id = %[1]s AND w.tenant_id = %[2]s
+    ON CONFLICT (webhook_id) DO UPDATE SET floor = greatest(f.floor, excluded.floor),
+        head = CASE WHEN f.head IS NULL OR f.head < excluded.head THEN excluded.head ELSE f.head END,
+        behind = CASE WHEN f.head IS NULL OR f.head < excluded.head THEN excluded.behind ELSE f.behind END
+    WHERE f.floor < excluded.floor OR f.head IS NULL OR f.head < excluded.head
+)`, webhook, tenant, FloorLag.Milliseconds(), BehindCap, wire.UnfinishedByKey("d.status"))
 }
 
 // AdvanceFloors returns the WITH items of a statement that moves the floor

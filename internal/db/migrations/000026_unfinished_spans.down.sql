@@ -1,0 +1,1 @@
+ALTER TABLE webhook_unfinished_floors DROP COLUMN behind, DROP COLUMN head;
