@@ -19,6 +19,11 @@
 // terminal state is final and every new delivery (a retry, a recovery, a
 // replay) takes a new id, so a delivery behind the floor never becomes
 // unfinished again.
+//
+// An old unfinished delivery holds the floor; the webhook's span, kept in
+// the same row, is a head past such deliveries and their ids (see
+// AdvanceFloor), for the readers that would otherwise read every entry
+// since it.
 package unfinished
 
 import (
