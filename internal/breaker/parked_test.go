@@ -12,11 +12,13 @@ import (
 )
 
 // A circuit's hold and release move the deliveries parked behind that
-// circuit and no others, and read deliveries_circuit_parked_idx from the
-// webhook's unfinished floor, which they move: after 20,000 deliveries
-// were parked behind the circuit two days ago, released and delivered, a
-// hold reads a few pages, where the same update from the webhook's first
-// entry reads every entry they left in the index.
+// circuit and no others, and read deliveries_circuit_parked_idx through
+// the webhook's unfinished span, which they move. After 20,000 deliveries
+// were parked behind the circuit two days ago, released and delivered, one
+// was parked three hours ago, and 20,000 more of two hours ago were
+// delivered, a hold reads a few pages, where the same update from the
+// floor (the one of three hours ago) reads every entry the later 20,000
+// left in the index, and from the webhook's first entry all 40,000.
 func TestCircuitHoldAndReleaseReadFromTheUnfinishedFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -54,6 +56,14 @@ FROM generate_series(1, 20000) g`, s.Tenant, hook, s.Event)
 	// the last seconds. Not behind it: another webhook's, and one of this
 	// webhook's waiting for its host.
 	behind := []uuid.UUID{park(hook, 3*time.Hour, "circuit_open")}
+	// After it, 20,000 more parked behind the circuit two hours ago, and
+	// delivered: their entries lie between it and now.
+	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, parked_at, park_reason, next_attempt_at)
+SELECT uuidv7_floor(now() - interval '2 hours' + g * interval '1 ms'), $1, $3, $2, 'normal', 'pending',
+       now(), 'circuit_open', now() + interval '1 minute'
+FROM generate_series(1, 20000) g`, s.Tenant, hook, s.Event)
+	exec(`UPDATE deliveries SET status = 'succeeded', parked_at = NULL, park_reason = NULL, completed_at = now()
+WHERE webhook_id = $1 AND id > $2 AND id < uuidv7_floor(now() - interval '1 hour')`, hook, behind[0])
 	for i := range 3 {
 		behind = append(behind, park(hook, time.Duration(3-i)*time.Second, "circuit_open"))
 	}
@@ -80,14 +90,18 @@ FROM generate_series(1, 20000) g`, s.Tenant, hook, s.Event)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = $1`, hook).Scan(&floor))
 	require.Equal(t, behind[0], floor, "the oldest unfinished delivery")
 
-	// The hold again, from the floor, and the same update from the
-	// webhook's first entry.
-	fromFloor := dbtest.PagesRead(t, pool, holdParkedSQL, hook, until)
+	// The hold again, through the span (the one of three hours ago by id,
+	// the range from the head), the same update from the floor, and from
+	// the webhook's first entry.
+	throughSpan := dbtest.PagesRead(t, pool, holdParkedSQL, hook, until)
+	fromFloor := dbtest.PagesRead(t, pool, `UPDATE deliveries SET next_attempt_at = $2, updated_at = now()
+WHERE webhook_id = $1 AND id >= $3 AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`, hook, until, floor)
 	fromStart := dbtest.PagesRead(t, pool, `UPDATE deliveries SET next_attempt_at = $2, updated_at = now()
 WHERE webhook_id = $1 AND park_reason = 'circuit_open' AND status IN ('pending', 'retrying')`, hook, until)
-	t.Logf("pages read: %d from the floor, %d from the first entry", fromFloor, fromStart)
-	require.Less(t, fromFloor, 150)
-	require.Greater(t, fromStart, fromFloor+400, "the entries of the 20,000 released deliveries")
+	t.Logf("pages read: %d through the span, %d from the floor, %d from the first entry", throughSpan, fromFloor, fromStart)
+	require.Less(t, throughSpan, 150)
+	require.Greater(t, fromFloor, throughSpan+100, "the entries of the 20,000 delivered after the oldest")
+	require.Greater(t, fromStart, fromFloor+100, "and of the 20,000 released before it")
 
 	require.NoError(t, ReleaseParked(ctx, pool, hook))
 	var reasons []string

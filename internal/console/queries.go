@@ -30,7 +30,7 @@ type historyFilter struct {
 	Floor *uuid.UUID
 	// Only and Under, for the rest of such a page, are the span's old
 	// unfinished deliveries, read by id, and its head, which they are
-	// before.
+	// before (Floor is then the span's floor, at or before them).
 	Only      []uuid.UUID
 	Under     *uuid.UUID
 	Status    string
@@ -106,9 +106,21 @@ func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f 
 	if err != nil || len(out) >= f.Limit || len(sp.Behind) == 0 {
 		return out, err
 	}
-	f.Floor, f.Only, f.Under, f.Limit = nil, sp.Behind, &sp.Head, f.Limit-len(out)
+	// The old ones by id, their state filtered here: a query naming a
+	// state of deliveries_unfinished_idx may be planned as a walk of that
+	// index over the webhook's history, with the ids as a filter.
+	status, limit := f.Status, f.Limit-len(out)
+	f.Floor, f.Only, f.Under, f.Status, f.Limit = &sp.Floor, sp.Behind, &sp.Head, "", len(sp.Behind)
 	rest, err := c.historyPage(ctx, tenantID, webhookID, f)
-	return append(out, rest...), err
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range rest {
+		if string(d.Status) == status && limit > 0 {
+			out, limit = append(out, d), limit-1
+		}
+	}
+	return out, nil
 }
 
 // historyPage runs one page query of history.

@@ -211,7 +211,7 @@ SELECT uuidv7(), $1, $3, $2, 'normal', 'pending' FROM generate_series(1, 3)`, te
 	require.Equal(t, pending, page(hook, "pending"))
 
 	retrying := "retrying"
-	byID := dbtest.PagesRead(t, pool, listDeliveriesSQL, hook, tenant, nil, &retrying, nil, nil, nil, 50, uuid.Nil, sp.Head, sp.Behind)
+	byID := dbtest.PagesRead(t, pool, listDeliveriesSQL, hook, tenant, nil, nil, nil, nil, nil, len(sp.Behind), sp.Floor, sp.Head, sp.Behind)
 	fromHead := dbtest.PagesRead(t, pool, listDeliveriesSQL, hook, tenant, nil, &retrying, nil, nil, nil, 50, sp.Head, MaxID, nil)
 	fromFloor := dbtest.PagesRead(t, pool, listDeliveriesSQL, hook, tenant, nil, &retrying, nil, nil, nil, 50, sp.Floor, MaxID, nil)
 	t.Logf("pages read: %d by id and %d from the head, %d from the floor", byID, fromHead, fromFloor)
