@@ -40,6 +40,12 @@ const FloorLag = 5 * time.Minute
 // by id, behind its head.
 const BehindCap = 100
 
+// HeadStep is how far the span's head must have fallen behind FloorLag
+// before now for a call to store the head it moved: the row is written at
+// most about once per HeadStep for the head's sake, not at every call (a
+// call that stores nothing still returns the span it found, which holds).
+const HeadStep = time.Minute
+
 // AdvanceFloor returns the WITH items of a statement that moves the floor
 // and the span of the webhook whose id is the SQL expression webhook, of
 // the tenant whose id is the expression tenant, and names them.
@@ -63,7 +69,9 @@ const BehindCap = 100
 // more. To find them the statement reads the stored behind by id and the
 // entries from the stored head on: at each call, those since the last.
 // The upsert keeps the later head, with its behind: each pair holds
-// alone, since no delivery behind a head becomes unfinished again.
+// alone, since no delivery behind a head becomes unfinished again. It
+// stores a head only when the stored one is more than HeadStep older
+// than FloorLag before now, or is past fewer than BehindCap deliveries.
 //
 // Nothing moves unless the webhook is the tenant's.
 func AdvanceFloor(webhook, tenant string) string {
@@ -103,8 +111,9 @@ func AdvanceFloor(webhook, tenant string) string {
     ON CONFLICT (webhook_id) DO UPDATE SET floor = greatest(f.floor, excluded.floor),
         head = CASE WHEN f.head IS NULL OR f.head < excluded.head THEN excluded.head ELSE f.head END,
         behind = CASE WHEN f.head IS NULL OR f.head < excluded.head THEN excluded.behind ELSE f.behind END
-    WHERE f.floor < excluded.floor OR f.head IS NULL OR f.head < excluded.head
-)`, webhook, tenant, FloorLag.Milliseconds(), BehindCap, wire.UnfinishedByKey("d.status"))
+    WHERE f.floor < excluded.floor OR f.head IS NULL
+       OR f.head < least(excluded.head, uuidv7_floor(now() - interval '%[3]d milliseconds' - interval '%[6]d milliseconds'))
+)`, webhook, tenant, FloorLag.Milliseconds(), BehindCap, wire.UnfinishedByKey("d.status"), HeadStep.Milliseconds())
 }
 
 // AdvanceFloors returns the WITH items of a statement that moves the floor
