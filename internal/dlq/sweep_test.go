@@ -13,28 +13,28 @@ import (
 	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
-// sweepFixture is a database with a tenant, two webhooks and one event,
+// dlqFixture is a database with a tenant, two webhooks and one event,
 // and a sweeper of it with the default timings.
-type sweepFixture struct {
+type dlqFixture struct {
 	t    *testing.T
 	pool *pgxpool.Pool
 	seed dbtest.Seeded
 	s    *Sweeper
 }
 
-func newSweepFixture(t *testing.T) *sweepFixture {
+func newDLQFixture(t *testing.T) *dlqFixture {
 	pool := dbtest.New(t)
-	return &sweepFixture{t: t, pool: pool, seed: dbtest.Seed(t, pool, 2),
+	return &dlqFixture{t: t, pool: pool, seed: dbtest.Seed(t, pool, 2),
 		s: NewSweeper(pool, &taskRecorder{}, slog.New(slog.DiscardHandler))}
 }
 
-func (f *sweepFixture) exec(sql string, args ...any) {
+func (f *dlqFixture) exec(sql string, args ...any) {
 	f.t.Helper()
 	_, err := f.pool.Exec(context.Background(), sql, args...)
 	require.NoError(f.t, err)
 }
 
-func (f *sweepFixture) time(sql string, args ...any) time.Time {
+func (f *dlqFixture) time(sql string, args ...any) time.Time {
 	f.t.Helper()
 	var at time.Time
 	require.NoError(f.t, f.pool.QueryRow(context.Background(), sql, args...).Scan(&at))
@@ -43,7 +43,7 @@ func (f *sweepFixture) time(sql string, args ...any) time.Time {
 
 // exhausted stores an exhausted delivery of the first webhook, completed
 // ago before now, whose dead letter is not recorded.
-func (f *sweepFixture) exhausted(ago time.Duration) uuid.UUID {
+func (f *dlqFixture) exhausted(ago time.Duration) uuid.UUID {
 	f.t.Helper()
 	var id uuid.UUID
 	require.NoError(f.t, f.pool.QueryRow(context.Background(), `INSERT INTO deliveries
@@ -53,7 +53,7 @@ RETURNING id`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], ago).Scan(&id))
 	return id
 }
 
-func (f *sweepFixture) recorded(id uuid.UUID) bool {
+func (f *dlqFixture) recorded(id uuid.UUID) bool {
 	f.t.Helper()
 	var ok bool
 	require.NoError(f.t, f.pool.QueryRow(context.Background(),
@@ -71,7 +71,7 @@ func (f *sweepFixture) recorded(id uuid.UUID) bool {
 func TestExhaustedSweepReadsFromItsFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newSweepFixture(t)
+	f := newDLQFixture(t)
 	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, attempt_count, completed_at)
 SELECT uuidv7(), $1, $2, $3, 'normal', 'exhausted', 5, now() - interval '2 days' + g * interval '1 ms'
 FROM generate_series(1, 20000) g`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0])
@@ -130,7 +130,7 @@ ORDER BY completed_at LIMIT 1000`)
 func TestLostSweepReadsFromTheUnfinishedFloors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newSweepFixture(t)
+	f := newDLQFixture(t)
 	hook, other := f.seed.Webhooks[0], f.seed.Webhooks[1]
 	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at)
 SELECT uuidv7_floor(now() - interval '2 days' + g * interval '1 ms'), $1, $2, $3, 'normal', 'pending', now()

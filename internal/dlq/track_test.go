@@ -18,7 +18,7 @@ import (
 func TestCancelledBatchIsTrackedUntilItsRetriesEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newSweepFixture(t)
+	f := newDLQFixture(t)
 	var batch uuid.UUID
 	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO batch_operations
     (id, tenant_id, filter, requests_per_second, priority, state, processed, finished_at)
@@ -67,7 +67,7 @@ VALUES (uuidv7(), $1, $2, $3, 'normal', $4, $5, $6, CASE WHEN $4 <> 'pending' TH
 func TestTrackingReadsOnlyOpenBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newSweepFixture(t)
+	f := newDLQFixture(t)
 	f.exec(`INSERT INTO batch_operations
     (id, tenant_id, filter, requests_per_second, priority, state, processed, succeeded, finished_at)
 SELECT uuidv7(), $1, '{"event_types": ["order.created"]}', 100, 'normal',
