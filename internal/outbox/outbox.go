@@ -273,8 +273,9 @@ type execer interface {
 //
 // A pass reads deliveries_outbox_idx, whose entries of deliveries long
 // enqueued stay until a vacuum: most passes begin shortly before the
-// previous one's due time instead of at the oldest entry, and one a
-// minute reads from the oldest (package duescan).
+// previous one's due time instead of at the oldest entry, one a minute
+// from a floor a few minutes back, and one an hour from the oldest
+// (package duescan).
 type Relay struct {
 	pool     *pgxpool.Pool
 	pub      publisher
@@ -287,11 +288,11 @@ type Relay struct {
 }
 
 // NewRelay returns a relay with the default timings: deliveries older than
-// 5 s, checked every second, 1000 per transaction, from the oldest once a
-// minute and otherwise from 10 s before the previous pass's due time.
+// 5 s, checked every second, 1000 per transaction, with the passes of
+// duescan.Defaults.
 func NewRelay(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Relay {
 	return &Relay{pool: pool, pub: pub, log: log, Age: 5 * time.Second, Interval: time.Second, Batch: 1000,
-		Scan: duescan.Bound{Margin: 10 * time.Second, FullEvery: time.Minute}}
+		Scan: duescan.Defaults()}
 }
 
 const (
@@ -315,6 +316,14 @@ WHERE d.enqueued_at IS NULL AND d.parked_at IS NULL AND d.status IN ('pending', 
 	staleOrder = `ORDER BY coalesce(d.next_attempt_at, d.created_at)
 LIMIT $2
 FOR UPDATE OF d SKIP LOCKED`
+
+	// oldestSQL is the oldest due time of a delivery not confirmed
+	// enqueued, of those every transaction can see (locked or not), for
+	// the next floor of the passes (package duescan); oldestSinceSQL of
+	// those due at or after $1.
+	oldestSQL = `SELECT min(coalesce(next_attempt_at, created_at)) FROM deliveries
+WHERE enqueued_at IS NULL AND parked_at IS NULL AND status IN ('pending', 'retrying')`
+	oldestSinceSQL = oldestSQL + ` AND coalesce(next_attempt_at, created_at) >= $1`
 
 	// backlogSQL counts the deliveries due and not confirmed enqueued,
 	// and how long the oldest has been due; backlogSinceSQL only those
@@ -348,7 +357,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // Pass republishes one batch of stale deliveries and reports how many.
 func (r *Relay) Pass(ctx context.Context) (int, error) {
 	var n int
-	var due time.Time
+	var due, oldest time.Time
 	pass := r.Scan.Start(time.Now())
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, dueBoundSQL, r.Age).Scan(&due); err != nil {
@@ -375,18 +384,23 @@ func (r *Relay) Pass(ctx context.Context) (int, error) {
 			return fmt.Errorf("scan stale deliveries: %w", err)
 		}
 		n = len(tasks)
-		if n == 0 {
-			return nil
+		if n > 0 {
+			if err := publishAndMark(ctx, tx, r.pub, tasks); err != nil {
+				return err
+			}
+			metrics.OutboxRelayed.Add(float64(n))
+			r.log.Info("outbox relay republished deliveries", "deliveries", n)
 		}
-		if err := publishAndMark(ctx, tx, r.pub, tasks); err != nil {
-			return err
+		if pass.Settles && n < r.Batch {
+			oldest, err = duescan.Oldest(ctx, tx, pass, oldestSQL, oldestSinceSQL)
+			if err != nil {
+				return fmt.Errorf("select the oldest stale delivery: %w", err)
+			}
 		}
-		metrics.OutboxRelayed.Add(float64(n))
-		r.log.Info("outbox relay republished deliveries", "deliveries", n)
 		return nil
 	})
 	if err == nil {
-		r.Scan.Done(pass, due, n, r.Batch)
+		r.Scan.Done(pass, due, n, r.Batch, oldest)
 	}
 	if errors.Is(err, context.Canceled) {
 		return n, nil

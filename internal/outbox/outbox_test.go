@@ -266,14 +266,17 @@ func TestMarkLoopGathersBatchesDueTogether(t *testing.T) {
 
 // A relay pass reads from shortly before the previous pass's due time,
 // not from the oldest entry of the outbox's index, which keeps an entry
-// for every delivery enqueued since the last vacuum; a delivery that joins
-// with an older due time (a lost message the sweep found) waits for the
-// pass that reads from the oldest, once every FullEvery.
-func TestRelayPassesReadFromTheLastPassOnAndFromTheOldestEveryFullEvery(t *testing.T) {
+// for every delivery enqueued since the last vacuum. A delivery that joins
+// with an older due time (a transaction that committed long after it
+// began) waits for the pass from the floor, once every FloorEvery, when it
+// is at most FloorLag late, and for the pass from the oldest entry, once
+// every FullEvery, otherwise. One that another transaction held through a
+// pass keeps the floor at it, whatever its age.
+func TestRelayPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	ids := seedDeliveries(t, pool, 3)
+	ids := seedDeliveries(t, pool, 5)
 	due := func(id uuid.UUID, ago string) {
 		t.Helper()
 		_, err := pool.Exec(ctx, `UPDATE deliveries SET created_at = now() - $2::interval WHERE id = $1`, id, ago)
@@ -289,22 +292,36 @@ func TestRelayPassesReadFromTheLastPassOnAndFromTheOldestEveryFullEvery(t *testi
 		due(id, "0 seconds")
 	}
 	r := NewRelay(pool, &fakePublisher{}, slog.New(slog.DiscardHandler))
-	r.Scan.FullEvery = time.Hour
 
-	due(ids[0], "1 hour")
-	require.Equal(t, 1, pass(r), "the first pass reads from the oldest entry")
-	require.True(t, enqueued(t, pool, ids[0]))
+	first, held := ids[0], ids[1]
+	due(first, "1 hour")
+	due(held, "3 hours")
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, held)
+	require.NoError(t, err)
+	require.Equal(t, 1, pass(r), "the first pass reads from the oldest entry, past the held delivery")
+	require.True(t, enqueued(t, pool, first))
+	require.NoError(t, holder.Rollback(ctx))
 
-	due(ids[1], "10 minutes")
+	withinLag, recent, beyondLag := ids[2], ids[3], ids[4]
+	due(withinLag, "2 minutes")
 	require.Zero(t, pass(r), "due long before the last pass")
-	require.False(t, enqueued(t, pool, ids[1]))
 
-	due(ids[2], "6 seconds")
+	due(recent, "6 seconds")
 	require.Equal(t, 1, pass(r), "due since the last pass")
-	require.True(t, enqueued(t, pool, ids[2]))
-	require.False(t, enqueued(t, pool, ids[1]))
+	require.True(t, enqueued(t, pool, recent))
+
+	r.Scan.FloorEvery = 0
+	require.Equal(t, 2, pass(r), "the pass from the floor, which stayed at the held delivery")
+	require.True(t, enqueued(t, pool, held))
+	require.True(t, enqueued(t, pool, withinLag))
+
+	due(beyondLag, "10 minutes")
+	require.Zero(t, pass(r), "the floor moved on to FloorLag before the due bound")
+	require.False(t, enqueued(t, pool, beyondLag))
 
 	r.Scan.FullEvery = 0
 	require.Equal(t, 1, pass(r), "the pass from the oldest entry")
-	require.True(t, enqueued(t, pool, ids[1]))
+	require.True(t, enqueued(t, pool, beyondLag))
 }

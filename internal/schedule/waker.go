@@ -47,18 +47,18 @@ type Waker struct {
 	Batch int
 	// Scan bounds the passes: deliveries_wake_idx keeps an entry for
 	// every delivery parked since the last vacuum, so most passes begin
-	// shortly before the previous one's due time, and one a minute at
-	// the oldest entry (package duescan).
+	// shortly before the previous one's due time, one a minute at a
+	// floor a few minutes back, and one an hour at the oldest entry
+	// (package duescan).
 	Scan duescan.Bound
 }
 
 // NewWaker returns a waker with the default timings: every 100 ms,
-// publishing what is due within the next 100 ms, 500 at a time, from the
-// oldest once a minute and otherwise from 10 s before the previous pass's
-// due time.
+// publishing what is due within the next 100 ms, 500 at a time, with the
+// passes of duescan.Defaults.
 func NewWaker(pool *pgxpool.Pool, pub publisher, log *slog.Logger) *Waker {
 	return &Waker{pool: pool, pub: pub, log: log, Interval: 100 * time.Millisecond, Lead: 100 * time.Millisecond, Batch: 500,
-		Scan: duescan.Bound{Margin: 10 * time.Second, FullEvery: time.Minute}}
+		Scan: duescan.Defaults()}
 }
 
 // dueBoundSQL is the due time of a pass: deliveries parked until before
@@ -85,6 +85,15 @@ WHERE d.parked_at IS NOT NULL AND d.park_reason <> 'order' AND d.status IN ('pen
 ORDER BY d.next_attempt_at
 LIMIT $2
 FOR UPDATE OF d SKIP LOCKED`
+)
+
+// oldestSQL is the oldest time of a parked delivery the waker publishes,
+// of those every transaction can see (locked or not), for the next floor
+// of the passes (package duescan); oldestSinceSQL of those at or after $1.
+const (
+	oldestSQL = `SELECT min(next_attempt_at) FROM deliveries
+WHERE parked_at IS NOT NULL AND park_reason <> 'order' AND status IN ('pending', 'retrying')`
+	oldestSinceSQL = oldestSQL + ` AND next_attempt_at >= $1`
 )
 
 // wokenSQL unparks the published deliveries; their messages are confirmed.
@@ -125,7 +134,7 @@ func (w *Waker) Run(ctx context.Context) error {
 // handled (woken or held).
 func (w *Waker) Pass(ctx context.Context) (int, error) {
 	var n int
-	var bound time.Time
+	var bound, oldest time.Time
 	pass := w.Scan.Start(time.Now())
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, dueBoundSQL, w.Lead).Scan(&bound); err != nil {
@@ -155,10 +164,16 @@ func (w *Waker) Pass(ctx context.Context) (int, error) {
 				return fmt.Errorf("hold parked deliveries: %w", err)
 			}
 		}
+		if pass.Settles && n < w.Batch {
+			oldest, err = duescan.Oldest(ctx, tx, pass, oldestSQL, oldestSinceSQL)
+			if err != nil {
+				return fmt.Errorf("select the oldest parked delivery: %w", err)
+			}
+		}
 		return nil
 	})
 	if err == nil {
-		w.Scan.Done(pass, bound, n, w.Batch)
+		w.Scan.Done(pass, bound, n, w.Batch, oldest)
 	}
 	if errors.Is(err, context.Canceled) {
 		return n, nil

@@ -60,17 +60,18 @@ func (p *publishedIDs) Publish(_ context.Context, msgs ...queue.Message) error {
 
 // A waker's pass reads from shortly before the previous pass's due time,
 // not from the oldest entry of deliveries_wake_idx, which keeps an entry
-// for every delivery parked since the last vacuum; a delivery parked
-// until long before (a clock far behind the database's) waits for the
-// pass that reads from the oldest, once every FullEvery.
-func TestWakerPassesReadFromTheLastPassOnAndFromTheOldestEveryFullEvery(t *testing.T) {
+// for every delivery parked since the last vacuum. A delivery parked until
+// long before (a clock behind the database's) waits for the pass from the
+// floor, once every FloorEvery, when it is at most FloorLag late, and for
+// the pass from the oldest entry, once every FullEvery, otherwise. One
+// that another transaction held through a pass keeps the floor at it.
+func TestWakerPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	a, _, park := parkedFixture(t, pool)
 	pub := &publishedIDs{}
 	w := NewWaker(pool, pub, slog.New(slog.DiscardHandler))
-	w.Scan.FullEvery = time.Hour
 	pass := func() int {
 		t.Helper()
 		n, err := w.Pass(ctx)
@@ -79,12 +80,25 @@ func TestWakerPassesReadFromTheLastPassOnAndFromTheOldestEveryFullEvery(t *testi
 	}
 
 	first := park(a, Backoff, -time.Hour)
-	require.Equal(t, 1, pass(), "the first pass reads from the oldest entry")
-	late := park(a, Backoff, -10*time.Minute)
+	held := park(a, Backoff, -3*time.Hour)
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, held)
+	require.NoError(t, err)
+	require.Equal(t, 1, pass(), "the first pass reads from the oldest entry, past the held delivery")
+	require.NoError(t, holder.Rollback(ctx))
+
+	withinLag := park(a, Backoff, -2*time.Minute)
 	require.Zero(t, pass(), "due long before the last pass")
 	recent := park(a, RateLimited, -time.Second)
 	require.Equal(t, 1, pass(), "due since the last pass")
+
+	w.Scan.FloorEvery = 0
+	require.Equal(t, 2, pass(), "the pass from the floor, which stayed at the held delivery")
+
+	beyondLag := park(a, Backoff, -10*time.Minute)
+	require.Zero(t, pass(), "the floor moved on to FloorLag before the due bound")
 	w.Scan.FullEvery = 0
 	require.Equal(t, 1, pass(), "the pass from the oldest entry")
-	require.Equal(t, []string{first.String(), recent.String(), late.String()}, pub.ids)
+	require.Equal(t, []string{first.String(), recent.String(), held.String(), withinLag.String(), beyondLag.String()}, pub.ids)
 }
