@@ -294,6 +294,12 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`INSERT INTO dead_letter_sweep_floor AS f (floor) VALUES (now())
 			ON CONFLICT (one) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`, true},
 		{`DELETE FROM dead_letter_sweep_floor`, false},
+		{`INSERT INTO retention_floors AS f (step, floor) VALUES ('deliveries', gen_random_uuid())
+			ON CONFLICT (step) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`, true},
+		{`DELETE FROM retention_floors`, false},
+		{`INSERT INTO retention_kept (step, id) VALUES ('payloads', gen_random_uuid())`, true},
+		{`DELETE FROM retention_kept WHERE step = 'payloads'`, true},
+		{`UPDATE retention_kept SET id = gen_random_uuid()`, false},
 		{`UPDATE events SET event_type = 'x'`, false},
 		{`INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority) VALUES (gen_random_uuid(), '{tenant}', '{}', 1, 'low')`, false},
 		{`SELECT * FROM circuit_breaker_states`, false},

@@ -14,7 +14,7 @@ import (
 
 // pruneDeliveries deletes the old deliveries that are done with.
 func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.byPages(ctx, pruneDeliveriesSQL, c.attempts, &rep.Deliveries)
+	return j.fromFloor(ctx, "deliveries", revisitDeliveriesSQL, pruneDeliveriesSQL, c.attempts, &rep.Deliveries)
 }
 
 // pruneEvents deletes the old events left without deliveries from the
@@ -40,7 +40,7 @@ func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
 
 // prunePayloads clears the payloads of old, fully delivered events.
 func (j *Job) prunePayloads(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.byPages(ctx, prunePayloadsSQL, c.payloads, &rep.Payloads)
+	return j.fromFloor(ctx, "payloads", revisitPayloadsSQL, prunePayloadsSQL, c.payloads, &rep.Payloads)
 }
 
 // pruneSessions deletes the portal sessions over for a day.
@@ -79,20 +79,42 @@ func (j *Job) untilNone(ctx context.Context, n *int64, query string, args ...any
 	}
 }
 
-// byPages runs a batch statement (see sql.go) over the rows created before
-// cutoff, a page at a time in id order, adding the rows it changed to n,
-// until a page comes back empty. Each page is its own transaction, so no
-// lock is held longer than one page takes.
-func (j *Job) byPages(ctx context.Context, query string, cutoff time.Time, n *int64) error {
-	return j.byLockedPages(ctx, "", query, cutoff, n)
+// fromFloor runs a step that reads each old row once: the batch
+// statement revisit over the rows the step kept in earlier runs
+// (retention_kept), then query over the rows created before cutoff from
+// the step's floor on, which it moves to the cutoff's id once it read
+// them all. Rows with an id below the floor were handled: removed, or
+// kept and listed.
+func (j *Job) fromFloor(ctx context.Context, step, revisit, query string, cutoff time.Time, n *int64) error {
+	bound := idBound(cutoff)
+	if err := j.pages(ctx, "", revisit, uuid.Nil, bound, cutoff, n); err != nil {
+		return fmt.Errorf("kept rows: %w", err)
+	}
+	var floor uuid.UUID
+	if err := j.pool.QueryRow(ctx, floorSQL, step).Scan(&floor); err != nil {
+		return fmt.Errorf("read the floor: %w", err)
+	}
+	if err := j.pages(ctx, "", query, floor, bound, cutoff, n); err != nil {
+		return err
+	}
+	if _, err := j.pool.Exec(ctx, setFloorSQL, step, bound); err != nil {
+		return fmt.Errorf("move the floor: %w", err)
+	}
+	return nil
 }
 
-// byLockedPages is byPages with each page's transaction running lock
-// first, unless it is empty: the page's statement, taking its snapshot
-// after, sees what the transactions the lock waited for committed.
+// byLockedPages runs a batch statement (see sql.go) over the rows created
+// before cutoff, a page at a time in id order, adding the rows it changed
+// to n, until a page comes back empty. Each page is its own transaction,
+// so no lock is held longer than one page takes, and runs lock first,
+// unless it is empty: the page's statement, taking its snapshot after,
+// sees what the transactions the lock waited for committed.
 func (j *Job) byLockedPages(ctx context.Context, lock, query string, cutoff time.Time, n *int64) error {
-	bound := idBound(cutoff)
-	after := uuid.Nil
+	return j.pages(ctx, lock, query, uuid.Nil, idBound(cutoff), cutoff, n)
+}
+
+// pages runs the pages of a batch statement with ids in (after, bound).
+func (j *Job) pages(ctx context.Context, lock, query string, after, bound uuid.UUID, cutoff time.Time, n *int64) error {
 	for {
 		var last *uuid.UUID
 		var changed int64

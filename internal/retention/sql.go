@@ -28,8 +28,13 @@ const resolvedSQL = `EXISTS (
 // and not resolved (it stays in the DLQ).
 const keptSQL = `(d.status IN ('pending', 'retrying') OR (d.status = 'exhausted' AND NOT ` + resolvedSQL + `))`
 
-// pruneDeliveriesSQL deletes old deliveries that are done with: succeeded,
-// cancelled, or exhausted and resolved. Pages go in id order, so that an
+// deletableSQL is true for a delivery d that retention deletes once it is
+// old: succeeded, cancelled, or exhausted and resolved.
+const deletableSQL = `(d.status IN ('succeeded', 'cancelled') OR (d.status = 'exhausted' AND ` + resolvedSQL + `))`
+
+// pruneDeliveriesSQL deletes old deliveries that are done with, and lists
+// the page's others in retention_kept, for the runs after to look at again
+// (the step's floor passes them). Pages go in id order, so that an
 // exhausted delivery goes before (or with) the newer retry that resolved
 // it; the retry's retry_of becomes NULL (ON DELETE SET NULL). Their
 // retained attempts go with them (ON DELETE CASCADE); those still in the
@@ -38,9 +43,29 @@ const pruneDeliveriesSQL = `WITH page AS MATERIALIZED (
     SELECT id FROM deliveries WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
 ), gone AS (
     DELETE FROM deliveries d USING page
-    WHERE d.id = page.id AND d.created_at < $4
-      AND (d.status IN ('succeeded', 'cancelled') OR (d.status = 'exhausted' AND ` + resolvedSQL + `))
-    RETURNING 1
+    WHERE d.id = page.id AND d.created_at < $4 AND ` + deletableSQL + `
+    RETURNING d.id
+), kept AS (
+    INSERT INTO retention_kept (step, id)
+    SELECT 'deliveries', p.id FROM page p WHERE NOT EXISTS (SELECT 1 FROM gone g WHERE g.id = p.id)
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
+
+// revisitDeliveriesSQL deletes the deliveries of a page of retention_kept
+// that are done with now, and takes them off the list, with the ones gone
+// otherwise (their webhook deleted, say). The statement's subqueries see
+// the rows its deletion removes, so the list's check names them.
+const revisitDeliveriesSQL = `WITH page AS MATERIALIZED (
+    SELECT id FROM retention_kept WHERE step = 'deliveries' AND id > $1 AND id < $2 ORDER BY id LIMIT $3
+), gone AS (
+    DELETE FROM deliveries d USING page
+    WHERE d.id = page.id AND d.created_at < $4 AND ` + deletableSQL + `
+    RETURNING d.id
+), released AS (
+    DELETE FROM retention_kept k USING page
+    WHERE k.step = 'deliveries' AND k.id = page.id
+      AND (EXISTS (SELECT 1 FROM gone g WHERE g.id = k.id) OR NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = k.id))
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
 
@@ -66,20 +91,53 @@ const rowPartitionsSQL = `SELECT c.oid::regclass::text FROM pg_inherits i JOIN p
 WHERE i.inhparent = 'events'::regclass AND c.relname !~ '^events_[0-9]{8}$'
 ORDER BY c.relname`
 
+// payloadDoneSQL is true for an event e whose payload no delivery needs:
+// none is kept (every one succeeded, was cancelled, or was exhausted and
+// resolved). An event with no delivery at all has nothing left to deliver
+// either.
+const payloadDoneSQL = `NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND ` + keptSQL + `)`
+
 // prunePayloadsSQL clears the payload of old events that are fully
-// delivered: no delivery is kept (every one succeeded, was cancelled, or
-// was exhausted and resolved). An event with no delivery at all has nothing
-// left to deliver either. events_payload_idx holds only events that still
-// have a payload, so pages skip the ones already cleared.
+// delivered, and lists the page's others in retention_kept.
+// events_payload_idx holds only events that still have a payload.
 const prunePayloadsSQL = `WITH page AS MATERIALIZED (
     SELECT id FROM events WHERE id > $1 AND id < $2 AND data IS NOT NULL ORDER BY id LIMIT $3
 ), pruned AS (
     UPDATE events e SET data = NULL FROM page
-    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND ` + keptSQL + `)
-    RETURNING 1
+    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL AND ` + payloadDoneSQL + `
+    RETURNING e.id
+), kept AS (
+    INSERT INTO retention_kept (step, id)
+    SELECT 'payloads', p.id FROM page p WHERE NOT EXISTS (SELECT 1 FROM pruned x WHERE x.id = p.id)
+    ON CONFLICT DO NOTHING
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM pruned)`
+
+// revisitPayloadsSQL clears the payloads of a page of retention_kept that
+// no delivery needs now, and takes them off the list, with the events gone
+// or cleared otherwise.
+const revisitPayloadsSQL = `WITH page AS MATERIALIZED (
+    SELECT id FROM retention_kept WHERE step = 'payloads' AND id > $1 AND id < $2 ORDER BY id LIMIT $3
+), pruned AS (
+    UPDATE events e SET data = NULL FROM page
+    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL AND ` + payloadDoneSQL + `
+    RETURNING e.id
+), released AS (
+    DELETE FROM retention_kept k USING page
+    WHERE k.step = 'payloads' AND k.id = page.id
+      AND (EXISTS (SELECT 1 FROM pruned x WHERE x.id = k.id) OR NOT EXISTS (SELECT 1 FROM events e WHERE e.id = k.id AND e.data IS NOT NULL))
+)
+SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM pruned)`
+
+// floorSQL reads a step's floor: every row of the step with a smaller id
+// was handled (deleted, cleared, or listed in retention_kept). The nil
+// UUID, below every id, when the step never completed a run.
+// setFloorSQL moves it up to $2.
+const (
+	floorSQL    = `SELECT coalesce((SELECT floor FROM retention_floors WHERE step = $1), '00000000-0000-0000-0000-000000000000'::uuid)`
+	setFloorSQL = `INSERT INTO retention_floors AS f (step, floor) VALUES ($1, $2)
+ON CONFLICT (step) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`
+)
 
 // pruneDefaultSQL deletes one page of old rows of the default attempt
 // partition, which has no day to drop; the rows of kept deliveries stay

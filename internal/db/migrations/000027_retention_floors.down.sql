@@ -1,0 +1,2 @@
+DROP TABLE retention_kept;
+DROP TABLE retention_floors;

@@ -1,0 +1,100 @@
+package retention
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db/dbtest"
+)
+
+// keptIDs lists a step's rows in retention_kept.
+func (f *fixture) keptIDs(step string) []uuid.UUID {
+	f.t.Helper()
+	rows, err := f.pool.Query(f.ctx, `SELECT id FROM retention_kept WHERE step = $1 ORDER BY id`, step)
+	require.NoError(f.t, err)
+	var ids []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		require.NoError(f.t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(f.t, rows.Err())
+	return ids
+}
+
+// A run reads the old deliveries and payloads from where the last one
+// ended: it lists the rows it keeps and looks at them again by id, and
+// moves each step's floor to its cutoff. After 20,000 old deliveries were
+// deleted, the next run's page reads a few pages of the primary key, where
+// the same page from the first id reads every entry they left. A kept
+// delivery goes once it is done with (resolved, finished), and its event's
+// payload with it; one gone otherwise leaves the list.
+func TestOnceReadsEachOldRowOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Add(-100 * 24 * time.Hour)
+
+	done := f.event(old.Add(-time.Hour))
+	ids := make([]uuid.UUID, 20000)
+	for i := range ids {
+		ids[i] = v7At(old.Add(-time.Hour + time.Duration(i)*time.Millisecond))
+	}
+	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, attempt_count, created_at)
+SELECT id, $2, $3, $4, 'normal', 'succeeded', 1, $5 FROM unnest($1::uuid[]) id`, ids, f.tenant, done, f.webhook, old.Add(-time.Hour))
+	waiting := f.event(old)
+	exhausted := f.delivery(waiting, old, "exhausted", nil, 0)
+	pending := f.delivery(waiting, old.Add(time.Second), "pending", nil, 0)
+	vanishing := f.delivery(waiting, old.Add(2*time.Second), "pending", nil, 0)
+
+	rep, err := f.job().Once(f.ctx, now)
+	require.NoError(t, err)
+	require.EqualValues(t, 20000, rep.Deliveries)
+	require.EqualValues(t, 1, rep.Events, "the event of the deleted deliveries")
+	require.False(t, f.eventExists(done))
+	require.Equal(t, []uuid.UUID{exhausted, pending, vanishing}, f.keptIDs("deliveries"))
+	require.Equal(t, []uuid.UUID{waiting}, f.keptIDs("payloads"))
+	cut := cutoffsAt(now, f.job().cfg)
+	var floor uuid.UUID
+	require.NoError(t, f.pool.QueryRow(f.ctx, floorSQL, "deliveries").Scan(&floor))
+	require.Equal(t, idBound(cut.attempts), floor)
+	require.NoError(t, f.pool.QueryRow(f.ctx, floorSQL, "payloads").Scan(&floor))
+	require.Equal(t, idBound(cut.payloads), floor)
+
+	// The page of the next run, from the floor and from the first id.
+	pageSQL := `SELECT id FROM deliveries WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3`
+	bound := idBound(cut.attempts.Add(time.Hour))
+	fromFloor := dbtest.PagesRead(t, f.pool, pageSQL, idBound(cut.attempts), bound, 5000)
+	fromStart := dbtest.PagesRead(t, f.pool, pageSQL, uuid.Nil, bound, 5000)
+	t.Logf("pages read: %d from the floor, %d from the first id", fromFloor, fromStart)
+	require.Less(t, fromFloor, 5)
+	require.Greater(t, fromStart, fromFloor+50, "the entries of the 20,000 deleted deliveries")
+
+	// A delivery below the floor that no run listed (written with an id
+	// that old after the run) shows that the next run reads from the
+	// floor: it is not read again.
+	unseen := f.delivery(waiting, old.Add(3*time.Second), "succeeded", nil, 0)
+	rep, err = f.job().Once(f.ctx, now.Add(time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, rep.Deliveries+rep.Payloads, "nothing kept is done with")
+	require.Len(t, f.keptIDs("deliveries"), 3)
+	require.True(t, f.deliveryExists(unseen))
+	f.exec(`DELETE FROM deliveries WHERE id = $1`, unseen)
+
+	retry := f.delivery(waiting, now.Add(-time.Minute), "succeeded", &exhausted, 1)
+	f.exec(`UPDATE deliveries SET status = 'cancelled' WHERE id = $1`, pending)
+	f.exec(`DELETE FROM deliveries WHERE id = $1`, vanishing)
+	rep, err = f.job().Once(f.ctx, now.Add(2*time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rep.Deliveries, "the resolved and the cancelled")
+	require.EqualValues(t, 1, rep.Payloads)
+	require.False(t, f.deliveryExists(exhausted))
+	require.False(t, f.deliveryExists(pending))
+	require.True(t, f.deliveryExists(retry))
+	require.False(t, f.hasPayload(waiting))
+	require.Empty(t, f.keptIDs("deliveries"))
+	require.Empty(t, f.keptIDs("payloads"))
+}
