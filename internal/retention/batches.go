@@ -14,7 +14,7 @@ import (
 
 // pruneDeliveries deletes the old deliveries that are done with.
 func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.fromFloor(ctx, "deliveries", revisitDeliveriesSQL, pruneDeliveriesSQL, c.attempts, &rep.Deliveries)
+	return j.fromFloor(ctx, "deliveries", revisitDeliveriesSQL, pruneDeliveriesSQL, c.now, c.attempts, &rep.Deliveries)
 }
 
 // pruneEvents deletes the old events left without deliveries from the
@@ -40,7 +40,7 @@ func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
 
 // prunePayloads clears the payloads of old, fully delivered events.
 func (j *Job) prunePayloads(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.fromFloor(ctx, "payloads", revisitPayloadsSQL, prunePayloadsSQL, c.payloads, &rep.Payloads)
+	return j.fromFloor(ctx, "payloads", revisitPayloadsSQL, prunePayloadsSQL, c.now, c.payloads, &rep.Payloads)
 }
 
 // pruneSessions deletes the portal sessions over for a day.
@@ -79,20 +79,30 @@ func (j *Job) untilNone(ctx context.Context, n *int64, query string, args ...any
 	}
 }
 
+// revisitEvery is how often a step looks again at the rows it kept: they
+// go once resolved or finished, which is rare, so they may wait a day.
+const revisitEvery = 24 * time.Hour
+
 // fromFloor runs a step that reads each old row once: the batch
-// statement revisit over the rows the step kept in earlier runs
-// (retention_kept), then query over the rows created before cutoff from
-// the step's floor on, which it moves to the cutoff's id once it read
-// them all. Rows with an id below the floor were handled: removed, or
-// kept and listed.
-func (j *Job) fromFloor(ctx context.Context, step, revisit, query string, cutoff time.Time, n *int64) error {
+// statement query over the rows created before cutoff from the step's
+// floor on, which it moves to the cutoff's id once it read them all; and,
+// once every revisitEvery (by now, the run's time), the batch statement
+// revisit over the rows the step kept (retention_kept). Rows with an id
+// below the floor were handled: removed, or kept and listed.
+func (j *Job) fromFloor(ctx context.Context, step, revisit, query string, now, cutoff time.Time, n *int64) error {
 	bound := idBound(cutoff)
-	if err := j.pages(ctx, "", revisit, uuid.Nil, bound, cutoff, n); err != nil {
-		return fmt.Errorf("kept rows: %w", err)
-	}
 	var floor uuid.UUID
-	if err := j.pool.QueryRow(ctx, floorSQL, step).Scan(&floor); err != nil {
+	var revisited *time.Time
+	if err := j.pool.QueryRow(ctx, floorSQL, step).Scan(&floor, &revisited); err != nil {
 		return fmt.Errorf("read the floor: %w", err)
+	}
+	if revisited == nil || now.Sub(*revisited) >= revisitEvery {
+		if err := j.pages(ctx, "", revisit, uuid.Nil, bound, cutoff, n); err != nil {
+			return fmt.Errorf("kept rows: %w", err)
+		}
+		if _, err := j.pool.Exec(ctx, revisitedSQL, step, now); err != nil {
+			return fmt.Errorf("record the look at kept rows: %w", err)
+		}
 	}
 	if err := j.pages(ctx, "", query, floor, bound, cutoff, n); err != nil {
 		return err

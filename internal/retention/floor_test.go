@@ -26,8 +26,8 @@ func (f *fixture) keptIDs(step string) []uuid.UUID {
 }
 
 // A run reads the old deliveries and payloads from where the last one
-// ended: it lists the rows it keeps and looks at them again by id, and
-// moves each step's floor to its cutoff. After 20,000 old deliveries were
+// ended: it lists the rows it keeps, looks at them again by id once a
+// day, and moves each step's floor to its cutoff. After 20,000 old deliveries were
 // deleted, the next run's page reads a few pages of the primary key, where
 // the same page from the first id reads every entry they left. A kept
 // delivery goes once it is done with (resolved, finished), and its event's
@@ -59,9 +59,12 @@ SELECT id, $2, $3, $4, 'normal', 'succeeded', 1, $5 FROM unnest($1::uuid[]) id`,
 	require.Equal(t, []uuid.UUID{waiting}, f.keptIDs("payloads"))
 	cut := cutoffsAt(now, f.job().cfg)
 	var floor uuid.UUID
-	require.NoError(t, f.pool.QueryRow(f.ctx, floorSQL, "deliveries").Scan(&floor))
+	var revisited *time.Time
+	require.NoError(t, f.pool.QueryRow(f.ctx, floorSQL, "deliveries").Scan(&floor, &revisited))
 	require.Equal(t, idBound(cut.attempts), floor)
-	require.NoError(t, f.pool.QueryRow(f.ctx, floorSQL, "payloads").Scan(&floor))
+	require.NotNil(t, revisited)
+	require.WithinDuration(t, now, *revisited, time.Microsecond, "the first run looked at the (empty) list")
+	require.NoError(t, f.pool.QueryRow(f.ctx, floorSQL, "payloads").Scan(&floor, &revisited))
 	require.Equal(t, idBound(cut.payloads), floor)
 
 	// The page of the next run, from the floor and from the first id.
@@ -88,6 +91,11 @@ SELECT id, $2, $3, $4, 'normal', 'succeeded', 1, $5 FROM unnest($1::uuid[]) id`,
 	f.exec(`UPDATE deliveries SET status = 'cancelled' WHERE id = $1`, pending)
 	f.exec(`DELETE FROM deliveries WHERE id = $1`, vanishing)
 	rep, err = f.job().Once(f.ctx, now.Add(2*time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, rep.Deliveries+rep.Payloads, "the list is looked at once a day")
+	require.True(t, f.deliveryExists(exhausted))
+
+	rep, err = f.job().Once(f.ctx, now.Add(revisitEvery))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, rep.Deliveries, "the resolved and the cancelled")
 	require.EqualValues(t, 1, rep.Payloads)

@@ -91,8 +91,9 @@ func (j *Job) Run(ctx context.Context) error {
 	})
 }
 
-// cutoffs are the times before which data goes.
+// cutoffs are the times before which data goes, and the run's time.
 type cutoffs struct {
+	now time.Time
 	// attempts: attempts, deliveries and events created before it.
 	attempts time.Time
 	// payloads: payloads of fully delivered events created before it.
@@ -100,7 +101,7 @@ type cutoffs struct {
 }
 
 func cutoffsAt(now time.Time, cfg config.Retention) cutoffs {
-	return cutoffs{attempts: now.Add(-cfg.AttemptsAge.D()), payloads: now.Add(-cfg.PayloadAge.D())}
+	return cutoffs{now: now, attempts: now.Add(-cfg.AttemptsAge.D()), payloads: now.Add(-cfg.PayloadAge.D())}
 }
 
 // step is one kind of removal; it adds what it removed to the report as it

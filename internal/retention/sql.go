@@ -129,14 +129,19 @@ const revisitPayloadsSQL = `WITH page AS MATERIALIZED (
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM pruned)`
 
-// floorSQL reads a step's floor: every row of the step with a smaller id
-// was handled (deleted, cleared, or listed in retention_kept). The nil
-// UUID, below every id, when the step never completed a run.
-// setFloorSQL moves it up to $2.
+// floorSQL reads a step's floor (every row of the step with a smaller id
+// was handled: deleted, cleared, or listed in retention_kept; the nil
+// UUID, below every id, when the step never completed a run) and when its
+// list was last looked at again (NULL: never). setFloorSQL moves the floor
+// up to $2; revisitedSQL records a look at the list at $2.
 const (
-	floorSQL    = `SELECT coalesce((SELECT floor FROM retention_floors WHERE step = $1), '00000000-0000-0000-0000-000000000000'::uuid)`
+	floorSQL = `SELECT coalesce(f.floor, '00000000-0000-0000-0000-000000000000'::uuid), f.revisited_at
+FROM (SELECT) one LEFT JOIN retention_floors f ON f.step = $1`
 	setFloorSQL = `INSERT INTO retention_floors AS f (step, floor) VALUES ($1, $2)
 ON CONFLICT (step) DO UPDATE SET floor = excluded.floor WHERE f.floor < excluded.floor`
+	revisitedSQL = `INSERT INTO retention_floors AS f (step, floor, revisited_at)
+VALUES ($1, '00000000-0000-0000-0000-000000000000', $2)
+ON CONFLICT (step) DO UPDATE SET revisited_at = excluded.revisited_at`
 )
 
 // pruneDefaultSQL deletes one page of old rows of the default attempt

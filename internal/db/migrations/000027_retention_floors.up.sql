@@ -5,11 +5,13 @@
 -- delivery it had deleted and every payload it had cleared (they stay
 -- until a vacuum), and every row it keeps (unresolved dead letters, say).
 -- retention_floors holds, for each of the two, the id below which every
--- row was handled: deleted, cleared, or listed in retention_kept, which
--- the next runs look at again by id (internal/retention).
+-- row was handled: deleted, cleared, or listed in retention_kept, which a
+-- run looks at again by id once a day (revisited_at), since the listed
+-- rows change rarely (internal/retention).
 CREATE TABLE retention_floors (
-    step  text PRIMARY KEY CHECK (step IN ('deliveries', 'payloads')),
-    floor uuid NOT NULL
+    step         text PRIMARY KEY CHECK (step IN ('deliveries', 'payloads')),
+    floor        uuid NOT NULL,
+    revisited_at timestamptz
 );
 
 CREATE TABLE retention_kept (
