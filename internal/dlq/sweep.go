@@ -106,7 +106,7 @@ const sweepFloorLag = 5 * time.Minute
 // lostSQL clears the enqueued mark of deliveries whose message is lost, so
 // that the outbox relay publishes them again, due now: the relay's passes
 // read from shortly before their last one on (package duescan), and only
-// one a minute from the oldest due time. It leaves parked deliveries
+// one an hour from the oldest due time. It leaves parked deliveries
 // alone (they wait in Postgres, not in a queue, and a waker or whoever
 // finishes the one before publishes them) and any delivery something
 // touched within the age (a deferral, a park, a wake-up, an attempt).
