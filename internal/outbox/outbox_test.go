@@ -276,7 +276,7 @@ func TestRelayPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	ids := seedDeliveries(t, pool, 5)
+	ids := seedDeliveries(t, pool, 6)
 	due := func(id uuid.UUID, ago string) {
 		t.Helper()
 		_, err := pool.Exec(ctx, `UPDATE deliveries SET created_at = now() - $2::interval WHERE id = $1`, id, ago)
@@ -289,7 +289,7 @@ func TestRelayPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 		return n
 	}
 	for _, id := range ids {
-		due(id, "0 seconds")
+		due(id, "-1 hour") // not due until the test says
 	}
 	r := NewRelay(pool, &fakePublisher{}, slog.New(slog.DiscardHandler))
 
@@ -304,7 +304,7 @@ func TestRelayPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	require.True(t, enqueued(t, pool, first))
 	require.NoError(t, holder.Rollback(ctx))
 
-	withinLag, recent, beyondLag := ids[2], ids[3], ids[4]
+	withinLag, recent, withinLagAgain, beyondLag := ids[2], ids[3], ids[4], ids[5]
 	due(withinLag, "2 minutes")
 	require.Zero(t, pass(r), "due long before the last pass")
 
@@ -317,8 +317,10 @@ func TestRelayPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	require.True(t, enqueued(t, pool, held))
 	require.True(t, enqueued(t, pool, withinLag))
 
+	due(withinLagAgain, "2 minutes")
 	due(beyondLag, "10 minutes")
-	require.Zero(t, pass(r), "the floor moved on to FloorLag before the due bound")
+	require.Equal(t, 1, pass(r), "the floor moved on to FloorLag before the due bound")
+	require.True(t, enqueued(t, pool, withinLagAgain))
 	require.False(t, enqueued(t, pool, beyondLag))
 
 	r.Scan.FullEvery = 0

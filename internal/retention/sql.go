@@ -28,24 +28,38 @@ const resolvedSQL = `EXISTS (
 // and not resolved (it stays in the DLQ).
 const keptSQL = `(d.status IN ('pending', 'retrying') OR (d.status = 'exhausted' AND NOT ` + resolvedSQL + `))`
 
-// deletableSQL is true for a delivery d that retention deletes once it is
-// old: succeeded, cancelled, or exhausted and resolved.
-const deletableSQL = `(d.status IN ('succeeded', 'cancelled') OR (d.status = 'exhausted' AND ` + resolvedSQL + `))`
+// doneSQL is true for a delivery d that retention deletes once it is old:
+// succeeded, cancelled, or exhausted and resolved.
+const doneSQL = `(d.status IN ('succeeded', 'cancelled') OR (d.status = 'exhausted' AND ` + resolvedSQL + `))`
+
+// goneCTEs delete the old deliveries that are done with among page (ids),
+// and name them gone. A retry goes with or after the delivery it retried:
+// its retry_of becomes NULL when that delivery is deleted (ON DELETE SET
+// NULL), and resolvedSQL follows retry_of, so deleting a retry first would
+// cut an older exhausted delivery off the retry that resolved it and keep
+// it for good. So a delivery goes when it retries nothing (any more), or
+// when the delivery it retries goes in the same statement.
+const goneCTEs = `done AS MATERIALIZED (
+    SELECT d.id, d.retry_of FROM deliveries d JOIN page p ON d.id = p.id
+    WHERE d.created_at < $4 AND ` + doneSQL + `
+), deletable AS (
+    SELECT id FROM done WHERE retry_of IS NULL
+    UNION
+    SELECT done.id FROM done JOIN deletable x ON done.retry_of = x.id
+), gone AS (
+    DELETE FROM deliveries d USING deletable x WHERE d.id = x.id
+    RETURNING d.id
+)`
 
 // pruneDeliveriesSQL deletes old deliveries that are done with, and lists
 // the page's others in retention_kept, for the runs after to look at again
-// (the step's floor passes them). Pages go in id order, so that an
-// exhausted delivery goes before (or with) the newer retry that resolved
-// it; the retry's retry_of becomes NULL (ON DELETE SET NULL). Their
-// retained attempts go with them (ON DELETE CASCADE); those still in the
-// attempt log go with their partition.
-const pruneDeliveriesSQL = `WITH page AS MATERIALIZED (
+// (the step's floor passes them). Pages go in id order, so that a retry
+// comes with or after the delivery it retried. Their retained attempts go
+// with them (ON DELETE CASCADE); those still in the attempt log go with
+// their partition.
+const pruneDeliveriesSQL = `WITH RECURSIVE page AS MATERIALIZED (
     SELECT id FROM deliveries WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
-), gone AS (
-    DELETE FROM deliveries d USING page
-    WHERE d.id = page.id AND d.created_at < $4 AND ` + deletableSQL + `
-    RETURNING d.id
-), kept AS (
+), ` + goneCTEs + `, kept AS (
     INSERT INTO retention_kept (step, id)
     SELECT 'deliveries', p.id FROM page p WHERE NOT EXISTS (SELECT 1 FROM gone g WHERE g.id = p.id)
     ON CONFLICT DO NOTHING
@@ -56,13 +70,9 @@ SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gon
 // that are done with now, and takes them off the list, with the ones gone
 // otherwise (their webhook deleted, say). The statement's subqueries see
 // the rows its deletion removes, so the list's check names them.
-const revisitDeliveriesSQL = `WITH page AS MATERIALIZED (
+const revisitDeliveriesSQL = `WITH RECURSIVE page AS MATERIALIZED (
     SELECT id FROM retention_kept WHERE step = 'deliveries' AND id > $1 AND id < $2 ORDER BY id LIMIT $3
-), gone AS (
-    DELETE FROM deliveries d USING page
-    WHERE d.id = page.id AND d.created_at < $4 AND ` + deletableSQL + `
-    RETURNING d.id
-), released AS (
+), ` + goneCTEs + `, released AS (
     DELETE FROM retention_kept k USING page
     WHERE k.step = 'deliveries' AND k.id = page.id
       AND (EXISTS (SELECT 1 FROM gone g WHERE g.id = k.id) OR NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = k.id))
@@ -145,8 +155,9 @@ ON CONFLICT (step) DO UPDATE SET revisited_at = excluded.revisited_at`
 )
 
 // pruneDefaultSQL deletes one page of old rows of the default attempt
-// partition, which has no day to drop; the rows of kept deliveries stay
-// (the delivery reader reads them there). The page is keyed by
+// partition, which has no day to drop, once their delivery is gone; the
+// rows of deliveries still there stay (the delivery reader reads them
+// there). The page is keyed by
 // (delivery_id, attempt_number) after ($1, $2), before $3, at most $4 rows.
 const pruneDefaultSQL = `WITH page AS MATERIALIZED (
     SELECT delivery_id, attempt_number, delivery_created_at FROM delivery_attempts_default
@@ -156,7 +167,7 @@ const pruneDefaultSQL = `WITH page AS MATERIALIZED (
     DELETE FROM delivery_attempts_default a USING page
     WHERE a.delivery_id = page.delivery_id AND a.attempt_number = page.attempt_number
       AND a.delivery_created_at = page.delivery_created_at
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id AND ` + keptSQL + `)
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id)
     RETURNING 1
 ), last AS (
     SELECT delivery_id, attempt_number FROM page ORDER BY delivery_id DESC, attempt_number DESC LIMIT 1
@@ -199,10 +210,12 @@ WHERE id >= $1 AND id < $2 AND ($3::timestamptz IS NULL OR created_at >= $3) AND
 const (
 	countPartitionSQL = `SELECT count(*) FROM %s`
 
-	// copyKeptSQL copies the attempts of the partition's kept deliveries.
+	// copyKeptSQL copies the attempts of the partition's deliveries still
+	// there: the kept ones (the deliveries step, which runs first, deleted
+	// the others), and any done with since they were listed, which stay
+	// until the next look at the list.
 	copyKeptSQL = `INSERT INTO delivery_attempts_retained (` + attemptColumns + `)
 SELECT ` + prefixedAttemptColumns + ` FROM %s a JOIN deliveries d ON d.id = a.delivery_id
-WHERE ` + keptSQL + `
 ON CONFLICT (delivery_id, attempt_number) DO NOTHING`
 
 	// copyDeliveriesSQL copies the attempts of the deliveries $1, by the
