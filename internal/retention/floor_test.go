@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,13 +14,8 @@ func (f *fixture) keptIDs(step string) []uuid.UUID {
 	f.t.Helper()
 	rows, err := f.pool.Query(f.ctx, `SELECT id FROM retention_kept WHERE step = $1 ORDER BY id`, step)
 	require.NoError(f.t, err)
-	var ids []uuid.UUID
-	for rows.Next() {
-		var id uuid.UUID
-		require.NoError(f.t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(f.t, rows.Err())
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(f.t, err)
 	return ids
 }
 
