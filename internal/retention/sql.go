@@ -101,22 +101,24 @@ const rowPartitionsSQL = `SELECT c.oid::regclass::text FROM pg_inherits i JOIN p
 WHERE i.inhparent = 'events'::regclass AND c.relname !~ '^events_[0-9]{8}$'
 ORDER BY c.relname`
 
-// payloadDoneSQL is true for an event e whose payload no delivery needs:
-// none is kept (every one succeeded, was cancelled, or was exhausted and
+// prunedCTE clears the payload of the old events among page (ids) that no
+// delivery needs any more, and names them pruned: none of their deliveries
+// is kept (every one succeeded, was cancelled, or was exhausted and
 // resolved). An event with no delivery at all has nothing left to deliver
 // either.
-const payloadDoneSQL = `NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND ` + keptSQL + `)`
+const prunedCTE = `pruned AS (
+    UPDATE events e SET data = NULL FROM page
+    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND ` + keptSQL + `)
+    RETURNING e.id
+)`
 
 // prunePayloadsSQL clears the payload of old events that are fully
 // delivered, and lists the page's others in retention_kept.
 // events_payload_idx holds only events that still have a payload.
 const prunePayloadsSQL = `WITH page AS MATERIALIZED (
     SELECT id FROM events WHERE id > $1 AND id < $2 AND data IS NOT NULL ORDER BY id LIMIT $3
-), pruned AS (
-    UPDATE events e SET data = NULL FROM page
-    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL AND ` + payloadDoneSQL + `
-    RETURNING e.id
-), kept AS (
+), ` + prunedCTE + `, kept AS (
     INSERT INTO retention_kept (step, id)
     SELECT 'payloads', p.id FROM page p WHERE NOT EXISTS (SELECT 1 FROM pruned x WHERE x.id = p.id)
     ON CONFLICT DO NOTHING
@@ -128,11 +130,7 @@ SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM pru
 // or cleared otherwise.
 const revisitPayloadsSQL = `WITH page AS MATERIALIZED (
     SELECT id FROM retention_kept WHERE step = 'payloads' AND id > $1 AND id < $2 ORDER BY id LIMIT $3
-), pruned AS (
-    UPDATE events e SET data = NULL FROM page
-    WHERE e.id = page.id AND e.created_at < $4 AND e.data IS NOT NULL AND ` + payloadDoneSQL + `
-    RETURNING e.id
-), released AS (
+), ` + prunedCTE + `, released AS (
     DELETE FROM retention_kept k USING page
     WHERE k.step = 'payloads' AND k.id = page.id
       AND (EXISTS (SELECT 1 FROM pruned x WHERE x.id = k.id) OR NOT EXISTS (SELECT 1 FROM events e WHERE e.id = k.id AND e.data IS NOT NULL))
