@@ -42,9 +42,19 @@ const lifetimeJitterShare = 5
 
 // Open connects a pool to the database at url and checks that it answers.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return OpenAs(ctx, url, maxConns, "")
+}
+
+// OpenAs is Open for a pool whose connections name themselves name in
+// Postgres (application_name: pg_stat_activity, the server's log) unless
+// the URL names them.
+func OpenAs(ctx context.Context, url string, maxConns int32, name string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && name != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = name
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns

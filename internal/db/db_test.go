@@ -527,3 +527,28 @@ func TestPoolsRunStatementsWithoutParallelWorkersOrJIT(t *testing.T) {
 		require.Equal(t, tc.want, got, tc.url)
 	}
 }
+
+// A process's connections name it in pg_stat_activity unless the URL names
+// them.
+func TestOpenAsNamesTheConnectionsUnlessTheURLDoes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewURL(t, false)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct{ url, name, want string }{
+		{url, "hookline-worker", "hookline-worker"},
+		{url + sep + "application_name=mine", "hookline-worker", "mine"},
+		{url, "", ""},
+	} {
+		pool, err := db.OpenAs(ctx, tc.url, 1, tc.name)
+		require.NoError(t, err)
+		var got string
+		err = pool.QueryRow(ctx, `SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&got)
+		pool.Close()
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, tc.url)
+	}
+}

@@ -80,7 +80,7 @@ type Deps struct {
 // must answer at start; Redis and RabbitMQ may come later, readiness says
 // so meanwhile.
 func Connect(ctx context.Context, cfg config.Config, process string, log *slog.Logger) (*Deps, error) {
-	pg, err := connectPostgres(ctx, cfg.Database, log)
+	pg, err := connectPostgres(ctx, cfg.Database, "hookline-"+process, log)
 	if err != nil {
 		return nil, err
 	}
@@ -103,11 +103,12 @@ func Connect(ctx context.Context, cfg config.Config, process string, log *slog.L
 }
 
 // connectPostgres retries for up to 30 s so that processes started together
-// with their database do not fail at once.
-func connectPostgres(ctx context.Context, cfg config.Database, log *slog.Logger) (*pgxpool.Pool, error) {
+// with their database do not fail at once. The connections are named name
+// (application_name) unless the URL names them.
+func connectPostgres(ctx context.Context, cfg config.Database, name string, log *slog.Logger) (*pgxpool.Pool, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		pg, err := db.Open(ctx, cfg.URL, cfg.MaxConns)
+		pg, err := db.OpenAs(ctx, cfg.URL, cfg.MaxConns, name)
 		if err == nil {
 			return pg, nil
 		}
