@@ -98,6 +98,10 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 
+	pg, err := newPGReader(ctx, sys.DBURL)
+	if err != nil {
+		return err
+	}
 	ws := newWindows(o.duration, o.window, o.rate)
 	receivers, client, key, stopReceivers, err := setup(ctx, sys, o.webhooks, ws)
 	if err != nil {
@@ -109,7 +113,7 @@ func run(ctx context.Context, o options) (err error) {
 		pids[name] = sys.Pid(name)
 	}
 	log.Printf("publishing %d events/s for %s to %d webhook(s), autovacuum %s", o.rate, o.duration, o.webhooks, vacuum)
-	r, err := publish(ctx, o, sys.DBURL, ws, pids, func(ctx context.Context, start time.Time) seqload.Published {
+	r, err := publish(ctx, o, sys.DBURL, pg, ws, pids, func(ctx context.Context, start time.Time) seqload.Published {
 		return seqload.PublishObserved(ctx, client, []string{sys.APIURL}, key, "bench.soak", o.rate, o.duration, start, ws.answer)
 	})
 	if err != nil {
@@ -120,7 +124,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return emit(o, vacuum, r, ws)
+	return emit(o, vacuum, pg, r, ws)
 }
 
 // setup starts a receiver for each webhook, reporting to ws, and through
@@ -160,17 +164,19 @@ func setup(ctx context.Context, sys *deploy.System, webhooks int, ws *windows) (
 }
 
 // soakRun is what publish measured: the publishes, and at the start and
-// at the end of every window the CPU used so far and every table's size.
+// at the end of every window the CPU used so far, every table's size and
+// Postgres's processes and statements.
 type soakRun struct {
 	pub   seqload.Published
 	cpu   []cpuSample
 	sizes []sizeSnapshot
+	pg    []pgSample
 }
 
 // publish starts publishing (send, from the time it is given, until the
 // end of the run) and samples the CPU and the table sizes at the start and
 // at the end of each window. It returns once publishing is over.
-func publish(ctx context.Context, o options, dbURL string, ws *windows, pids map[string]int, send func(context.Context, time.Time) seqload.Published) (soakRun, error) {
+func publish(ctx context.Context, o options, dbURL string, pg *pgReader, ws *windows, pids map[string]int, send func(context.Context, time.Time) seqload.Published) (soakRun, error) {
 	var r soakRun
 	tables, err := readSizes(ctx, dbURL)
 	if err != nil {
@@ -178,6 +184,11 @@ func publish(ctx context.Context, o options, dbURL string, ws *windows, pids map
 	}
 	r.sizes = append(r.sizes, sizeSnapshot{tables: tables})
 	report.FlushWrites()
+	first, err := pg.sample(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.pg = append(r.pg, first)
 	r.cpu = append(r.cpu, sampleCPU(pids))
 	start := time.Now()
 	ws.begin(start)
@@ -186,7 +197,7 @@ func publish(ctx context.Context, o options, dbURL string, ws *windows, pids map
 	published := make(chan seqload.Published, 1)
 	go func() { published <- send(sendCtx, start) }()
 	for i := range ws.count() {
-		if err = sampleWindow(ctx, o, dbURL, ws, pids, start, i, &r); err != nil {
+		if err = sampleWindow(ctx, o, dbURL, pg, ws, pids, start, i, &r); err != nil {
 			stopSending() // on error only: otherwise the publishes in flight end as they would
 			break
 		}
@@ -195,15 +206,20 @@ func publish(ctx context.Context, o options, dbURL string, ws *windows, pids map
 	return r, err
 }
 
-// sampleWindow waits for the end of window i and samples the CPU and the
-// table sizes into r.
-func sampleWindow(ctx context.Context, o options, dbURL string, ws *windows, pids map[string]int, start time.Time, i int, r *soakRun) error {
+// sampleWindow waits for the end of window i and samples the CPU, the
+// table sizes and Postgres's processes and statements into r.
+func sampleWindow(ctx context.Context, o options, dbURL string, pg *pgReader, ws *windows, pids map[string]int, start time.Time, i int, r *soakRun) error {
 	from, to := ws.bounds(i, o.duration)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(time.Until(start.Add(to))):
 	}
+	sample, err := pg.sample(ctx)
+	if err != nil {
+		return err
+	}
+	r.pg = append(r.pg, sample)
 	r.cpu = append(r.cpu, sampleCPU(pids))
 	delivered := ws.deliveredSoFar()
 	tables, err := readSizes(ctx, dbURL)

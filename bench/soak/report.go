@@ -2,15 +2,19 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/hookline/hookline/bench/internal/report"
 )
 
 // emit prints the run's tables: the windows' traffic and latency, their
-// CPU per delivery, the table sizes, and the verdict.
-func emit(o options, vacuum string, r soakRun, ws *windows) error {
+// CPU per delivery, Postgres's by part and by statement, the table sizes,
+// and the verdict.
+func emit(o options, vacuum string, pg *pgReader, r soakRun, ws *windows) error {
 	command := "go run ./bench/soak " + strings.Join(os.Args[1:], " ")
 	setup := fmt.Sprintf("The api, worker and dlq binaries built from the working tree, one process each with default settings, on the local Postgres (autovacuum %s), Redis and RabbitMQ; one tenant publishing %d events/s for %s, open-loop with keep-alive clients, to %d webhook(s), each on a receiver of its own in the load program answering 200 at once. Windows of %s.",
 		vacuum, o.rate, o.duration, o.webhooks, o.window)
@@ -28,6 +32,8 @@ func emit(o options, vacuum string, r soakRun, ws *windows) error {
 	tables := []report.Table{
 		trafficTable(o, ws, stats, r, setup, lost, dups),
 		cpuTable(o, ws, uses),
+		pgPartsTable(o, ws, r.pg, uses),
+		statementsTable(o, ws, pg, r.pg, uses),
 		sizeTable(r.sizes),
 		verdictTable(stats, uses),
 	}
@@ -120,4 +126,81 @@ func verdictTable(stats []windowStats, uses []cpuUse) report.Table {
 func windowLabel(ws *windows, i int, o options) string {
 	from, to := ws.bounds(i, o.duration)
 	return short(from) + "-" + short(to)
+}
+
+func pgPartsTable(o options, ws *windows, samples []pgSample, uses []cpuUse) report.Table {
+	parts := make([]map[string]time.Duration, len(uses))
+	names := map[string]bool{}
+	for i, u := range uses {
+		parts[i] = pgParts(samples[i], samples[i+1], u.used["postgres"])
+		for name := range parts[i] {
+			names[name] = true
+		}
+	}
+	columns := slices.Sorted(maps.Keys(names))
+	t := report.Table{
+		Title: "Soak: Postgres CPU per delivery by process",
+		Notes: []string{"Each Postgres process's CPU time from /proc over each window, divided by the deliveries that arrived in it, by what pg_stat_activity says the process is: a client of the run's database by its application_name (each hookline process names its connections), a background process by its type. " +
+			pgUnattributed + ": the postgres column of the CPU table less the processes read at both ends of the window (or started within it)."},
+		Header: append([]string{"window", "postgres"}, columns...),
+	}
+	for i, u := range uses {
+		row := []string{windowLabel(ws, i, o), fmt.Sprintf("%.0f us", u.perDelivery("postgres"))}
+		for _, name := range columns {
+			row = append(row, fmt.Sprintf("%.0f us", perDelivery(parts[i][name], u.deliveries)))
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// statementsShown is how many statements the statements table lists.
+const statementsShown = 15
+
+func statementsTable(o options, ws *windows, pg *pgReader, samples []pgSample, uses []cpuUse) report.Table {
+	t := report.Table{Title: "Soak: Postgres statements by window"}
+	if !pg.statements {
+		t.Notes = []string{"Not read: " + pg.why + "."}
+		return t
+	}
+	deltas := make([]map[int64]statementDelta, len(uses))
+	for i := range uses {
+		deltas[i] = statementsBetween(samples[i], samples[i+1])
+	}
+	t.Notes = []string{fmt.Sprintf("pg_stat_statements of the run's database (top-level statements), the %d that took the most execution time over the run, most first. Each window: execution time per delivery arrived in it, then shared buffers (hit or read) per call; the last column is the calls per delivery over the run. Execution time excludes parsing, planning and the commit.", statementsShown)}
+	t.Header = []string{"statement"}
+	for i := range uses {
+		t.Header = append(t.Header, windowLabel(ws, i, o))
+	}
+	t.Header = append(t.Header, "calls per delivery")
+	var delivered int64
+	for _, u := range uses {
+		delivered += u.deliveries
+	}
+	for _, id := range topStatements(deltas, statementsShown) {
+		var text string
+		var calls int64
+		row := []string{""}
+		for i, u := range uses {
+			d, ok := deltas[i][id]
+			if !ok {
+				row = append(row, "-")
+				continue
+			}
+			text, calls = d.text, calls+d.calls
+			row = append(row, fmt.Sprintf("%.1f us, %.1f buffers", perDelivery(time.Duration(d.execMs*float64(time.Millisecond)), u.deliveries), float64(d.blocks)/float64(d.calls)))
+		}
+		row[0] = "`" + statementText(text, 90) + "`"
+		row = append(row, fmt.Sprintf("%.3f", float64(calls)/float64(max(delivered, 1))))
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// perDelivery is d in microseconds per delivery, 0 without deliveries.
+func perDelivery(d time.Duration, deliveries int64) float64 {
+	if deliveries <= 0 {
+		return 0
+	}
+	return float64(d.Nanoseconds()) / 1e3 / float64(deliveries)
 }
