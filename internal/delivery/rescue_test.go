@@ -78,3 +78,26 @@ VALUES ($1, $2, $3, $4, 'normal', $5, now() - $6::interval, 'order')`, d.id, see
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE park_reason = 'backoff'`).Scan(&backoff))
 	require.Equal(t, 2000, backoff)
 }
+
+// Between vacuums deliveries_unfinished_idx keeps an entry for every
+// delivery that was ever unfinished, while the statistics show almost none
+// unfinished. The rescue reads the order keys' parked heads through
+// deliveries_order_parked_idx, not that index, from a generic plan or a
+// custom one.
+func TestRescueReadsTheOrderIndexesBetweenVacuums(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	seed := dbtest.Seed(t, pool, 1)
+	dbtest.FinishedBehind(t, pool, seed, seed.Webhooks[0], 20000)
+	_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, order_key, parked_at, park_reason)
+VALUES (uuidv7(), $1, $2, $3, 'normal', 'k', now() - interval '1 hour', 'order')`, seed.Tenant, seed.Event, seed.Webhooks[0])
+	require.NoError(t, err)
+
+	plans, pages := dbtest.Plans(t, pool, stalledKeysSQL, "'1 minute'")
+	for i, plan := range plans {
+		require.Contains(t, plan, "deliveries_order_parked_idx")
+		require.NotContains(t, plan, "deliveries_unfinished_idx")
+		require.Less(t, pages[i], 20, plan)
+	}
+}

@@ -327,3 +327,42 @@ func TestRelayPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	require.Equal(t, 1, pass(r), "the pass from the oldest entry")
 	require.True(t, enqueued(t, pool, beyondLag))
 }
+
+// Between vacuums deliveries_unfinished_idx keeps an entry for every
+// delivery that was ever unfinished, while the statistics show almost none
+// unfinished. The relay's statements and its backlog's read
+// deliveries_outbox_idx, not that index, from a generic plan or a custom
+// one; those bounded by the last pass read only the entries since.
+func TestRelayStatementsReadTheOutboxIndexBetweenVacuums(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	seed := dbtest.Seed(t, pool, 1)
+	dbtest.FinishedBehind(t, pool, seed, seed.Webhooks[0], 20000)
+	_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
+VALUES (uuidv7(), $1, $2, $3, 'normal', now() - interval '10 seconds')`, seed.Tenant, seed.Event, seed.Webhooks[0])
+	require.NoError(t, err)
+
+	since := "now() - interval '1 minute'"
+	for _, tc := range []struct {
+		name, sql string
+		args      []string
+		bounded   bool
+	}{
+		{"stale", staleSQL, []string{"now() - interval '5 seconds'", "1000"}, false},
+		{"stale since", staleSinceSQL, []string{"now() - interval '5 seconds'", "1000", since}, true},
+		{"oldest", oldestSQL, nil, false},
+		{"oldest since", oldestSinceSQL, []string{since}, true},
+		{"backlog", backlogSQL, nil, false},
+		{"backlog since", backlogSinceSQL, []string{since}, true},
+	} {
+		plans, pages := dbtest.Plans(t, pool, tc.sql, tc.args...)
+		for i, plan := range plans {
+			require.Contains(t, plan, "deliveries_outbox_idx", tc.name)
+			require.NotContains(t, plan, "deliveries_unfinished_idx", tc.name)
+			if tc.bounded {
+				require.Less(t, pages[i], 20, "%s: %s", tc.name, plan)
+			}
+		}
+	}
+}

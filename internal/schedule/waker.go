@@ -70,21 +70,31 @@ const dueBoundSQL = `SELECT now() + $1::interval`
 // their webhook's half-open period takes and its base sleep window.
 // dueSinceSQL claims only those due at or after $3: a statement of its
 // own, so that its generic plan keeps $3 as the index's lower bound.
+//
+// The deliveries are chosen and locked from deliveries alone, then
+// joined: a join on their webhook would imply deliveries_unfinished_idx's
+// predicate (migration 000028), and the planner could then walk that
+// index, every delivery since the last vacuum, instead of
+// deliveries_wake_idx.
 const (
-	dueSQL      = dueColumns + ` AND d.next_attempt_at <= $1` + dueOrder
-	dueSinceSQL = dueColumns + ` AND d.next_attempt_at <= $1 AND d.next_attempt_at >= $3` + dueOrder
+	dueSQL      = dueColumns + ` AND next_attempt_at <= $1` + dueOrder
+	dueSinceSQL = dueColumns + ` AND next_attempt_at <= $1 AND next_attempt_at >= $3` + dueOrder
 	dueColumns  = `SELECT d.id, d.event_id, d.webhook_id, d.tenant_id, d.priority, d.attempt_count, d.created_at,
     e.correlation_id, d.park_reason, d.next_attempt_at,
     coalesce((w.circuit_breaker_config->>'half_open_max_calls')::int, 5),
     coalesce((w.circuit_breaker_config->>'sleep_window_ms')::bigint, 30000)
-FROM deliveries d
+FROM (
+    SELECT id, event_id, webhook_id, tenant_id, priority, attempt_count, created_at, park_reason, next_attempt_at
+    FROM deliveries
+    WHERE parked_at IS NOT NULL AND park_reason <> 'order' AND status IN ('pending', 'retrying')`
+	dueOrder = `
+    ORDER BY next_attempt_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+) d
 JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id
-WHERE d.parked_at IS NOT NULL AND d.park_reason <> 'order' AND d.status IN ('pending', 'retrying')`
-	dueOrder = `
-ORDER BY d.next_attempt_at
-LIMIT $2
-FOR UPDATE OF d SKIP LOCKED`
+ORDER BY d.next_attempt_at`
 )
 
 // oldestSQL is the oldest time of a parked delivery the waker publishes,

@@ -104,3 +104,35 @@ func TestWakerPassesReadFromTheLastPassTheFloorAndTheOldest(t *testing.T) {
 	require.Equal(t, []string{first.String(), recent.String(), held.String(), withinLag.String(), withinLagAgain.String(),
 		beyondLag.String()}, pub.ids)
 }
+
+// Between vacuums deliveries_unfinished_idx keeps an entry for every
+// delivery that was ever unfinished, while the statistics show almost none
+// unfinished. The waker's statements read deliveries_wake_idx, not that
+// index, whether Postgres runs them from a generic plan or a custom one.
+func TestWakerStatementsReadTheWakeIndexBetweenVacuums(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	seed := dbtest.Seed(t, pool, 1)
+	dbtest.FinishedBehind(t, pool, seed, seed.Webhooks[0], 20000)
+	_, err := pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, parked_at, park_reason, next_attempt_at)
+VALUES (uuidv7(), $1, $2, $3, 'normal', now(), 'backoff', now() - interval '1 second')`, seed.Tenant, seed.Event, seed.Webhooks[0])
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name, sql string
+		args      []string
+	}{
+		{"due", dueSQL, []string{"now()", "500"}},
+		{"due since", dueSinceSQL, []string{"now()", "500", "now() - interval '1 minute'"}},
+		{"oldest", oldestSQL, nil},
+		{"oldest since", oldestSinceSQL, []string{"now() - interval '1 minute'"}},
+	} {
+		plans, pages := dbtest.Plans(t, pool, tc.sql, tc.args...)
+		for i, plan := range plans {
+			require.Contains(t, plan, "deliveries_wake_idx", tc.name)
+			require.NotContains(t, plan, "deliveries_unfinished_idx", tc.name)
+			require.Less(t, pages[i], 20, "%s: %s", tc.name, plan)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,4 +230,99 @@ VALUES ($1, $2, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, id, s.Ten
 	exec(`INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
 VALUES ($1, $2, 'a', 'k', '\x00', 'normal', '{}')`, s.Event, s.Tenant)
 	return s
+}
+
+// FinishedBehind writes n deliveries of the seeded event to webhook, an
+// hour old, as the service does: pending and then succeeded, so that
+// every partial index of unfinished deliveries keeps a dead entry for
+// each until a vacuum. It then analyzes the table, whose statistics show
+// almost no unfinished delivery: the state of a busy database between
+// vacuums.
+func FinishedBehind(t testing.TB, pool *pgxpool.Pool, s Seeded, webhook uuid.UUID, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, created_at)
+SELECT uuidv7(), $1, $2, $3, 'normal', now() - interval '1 hour' FROM generate_series(1, $4::int)`,
+		`UPDATE deliveries SET status = 'succeeded', attempt_count = 1, enqueued_at = now(), completed_at = now()
+WHERE webhook_id = $3 AND status = 'pending' AND $1::uuid IS NOT NULL AND $2::uuid IS NOT NULL AND $4::int > 0`,
+		`ANALYZE deliveries`,
+	} {
+		args := []any{s.Tenant, s.Event, webhook, n}
+		if strings.HasPrefix(sql, "ANALYZE") {
+			args = nil
+		}
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("finished deliveries: %v", err)
+		}
+	}
+}
+
+// Plans explains sql, with the given arguments (SQL literals), as a
+// prepared statement run from its generic plan and from a custom plan, in
+// a transaction rolled back after each. It returns each plan's nodes (a
+// line each: "Index Scan deliveries_pkey", "Seq Scan webhooks") and the
+// pages it read (shared buffers hit and read).
+func Plans(t testing.TB, pool *pgxpool.Pool, sql string, args ...string) (plans []string, pages []int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatalf("plans: %v", err)
+		}
+		_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode)
+		if err == nil {
+			_, err = tx.Exec(ctx, `PREPARE planned AS `+sql)
+		}
+		var text string
+		if err == nil {
+			call := `EXECUTE planned`
+			if len(args) > 0 {
+				call += `(` + strings.Join(args, ", ") + `)`
+			}
+			err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, FORMAT JSON) `+call).Scan(&text)
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `DEALLOCATE planned`)
+		}
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatalf("plans (%s): %v", mode, err)
+		}
+		var plan []struct{ Plan planNode }
+		if err := json.Unmarshal([]byte(text), &plan); err != nil || len(plan) != 1 {
+			t.Fatalf("plans: %d plans, %v", len(plan), err)
+		}
+		plans = append(plans, mode+":\n"+strings.Join(plan[0].Plan.nodes(nil), "\n"))
+		pages = append(pages, plan[0].Plan.Hit+plan[0].Plan.Read)
+	}
+	return plans, pages
+}
+
+// planNode is a node of EXPLAIN's JSON output.
+type planNode struct {
+	Type     string     `json:"Node Type"`
+	Index    string     `json:"Index Name"`
+	Relation string     `json:"Relation Name"`
+	Hit      int        `json:"Shared Hit Blocks"`
+	Read     int        `json:"Shared Read Blocks"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// nodes appends a line per node of the tree under n: its type, and the
+// index or the relation it reads.
+func (n planNode) nodes(out []string) []string {
+	line := n.Type
+	switch {
+	case n.Index != "":
+		line += " " + n.Index
+	case n.Relation != "":
+		line += " " + n.Relation
+	}
+	out = append(out, fmt.Sprintf("%s (%d pages)", line, n.Hit+n.Read))
+	for _, c := range n.Plans {
+		out = c.nodes(out)
+	}
+	return out
 }
