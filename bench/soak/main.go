@@ -14,6 +14,13 @@
 //     the POST);
 //   - the CPU time per delivery of the api, the worker, the dlq, Postgres,
 //     RabbitMQ, Redis, this program and the whole machine, from /proc;
+//   - Postgres's CPU time per delivery by process, each named by
+//     pg_stat_activity: hookline's processes by the application_name of
+//     their connections, the background ones by type;
+//   - when the server loads pg_stat_statements (shared_preload_libraries),
+//     the statements that took the most execution time, each window's
+//     time per delivery and shared buffers per call: a statement whose
+//     buffers per call rise reads more as the history grows;
 //   - the size of every table of hookline's database, its heap and its
 //     indexes, with its live and dead rows, at the start and the end of
 //     the window, and how many bytes it grew per delivery since the start
