@@ -483,15 +483,7 @@ func TestPoolConnectionsEndSpreadOut(t *testing.T) {
 		{"pool_max_conn_lifetime=10m", 10 * time.Minute, 2 * time.Minute},
 		{"pool_max_conn_lifetime_jitter=30s", time.Hour, 30 * time.Second},
 	} {
-		u := url
-		if tc.params != "" {
-			sep := "?"
-			if strings.Contains(u, "?") {
-				sep = "&"
-			}
-			u += sep + tc.params
-		}
-		pool, err := db.Open(ctx, u, 1)
+		pool, err := db.Open(ctx, withParam(url, tc.params), 1)
 		require.NoError(t, err)
 		cfg := pool.Config()
 		pool.Close()
@@ -507,14 +499,10 @@ func TestPoolsRunStatementsWithoutParallelWorkersOrJIT(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.NewURL(t, false)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
 	for _, tc := range []struct{ url, want string }{
 		{url, "0 off"},
-		{url + sep + "max_parallel_workers_per_gather=1", "1 off"},
-		{url + sep + "jit=on", "0 on"},
+		{withParam(url, "max_parallel_workers_per_gather=1"), "1 off"},
+		{withParam(url, "jit=on"), "0 on"},
 	} {
 		pool, err := db.Open(ctx, tc.url, 1)
 		require.NoError(t, err)
@@ -534,13 +522,9 @@ func TestOpenAsNamesTheConnectionsUnlessTheURLDoes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.NewURL(t, false)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
 	for _, tc := range []struct{ url, name, want string }{
 		{url, "hookline-worker", "hookline-worker"},
-		{url + sep + "application_name=mine", "hookline-worker", "mine"},
+		{withParam(url, "application_name=mine"), "hookline-worker", "mine"},
 		{url, "", ""},
 	} {
 		pool, err := db.OpenAs(ctx, tc.url, 1, tc.name)
@@ -551,4 +535,16 @@ func TestOpenAsNamesTheConnectionsUnlessTheURLDoes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tc.want, got, tc.url)
 	}
+}
+
+// withParam returns url with the query parameter param ("key=value")
+// added; url itself when param is empty.
+func withParam(url, param string) string {
+	switch {
+	case param == "":
+		return url
+	case strings.Contains(url, "?"):
+		return url + "&" + param
+	}
+	return url + "?" + param
 }

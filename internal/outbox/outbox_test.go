@@ -356,13 +356,12 @@ VALUES (uuidv7(), $1, $2, $3, 'normal', now() - interval '10 seconds')`, seed.Te
 		{"backlog", backlogSQL, nil, false},
 		{"backlog since", backlogSinceSQL, []string{since}, true},
 	} {
-		plans, pages := dbtest.Plans(t, pool, tc.sql, tc.args...)
-		for i, plan := range plans {
-			require.Contains(t, plan, "deliveries_outbox_idx", tc.name)
-			require.NotContains(t, plan, "deliveries_unfinished_idx", tc.name)
-			if tc.bounded {
-				require.Less(t, pages[i], 20, "%s: %s", tc.name, plan)
-			}
+		maxPages := 0 // the passes from the oldest entry read every entry since the last vacuum
+		if tc.bounded {
+			maxPages = 20
 		}
+		t.Run(tc.name, func(t *testing.T) {
+			dbtest.ReadsIndex(t, pool, "deliveries_outbox_idx", maxPages, tc.sql, tc.args...)
+		})
 	}
 }

@@ -128,11 +128,8 @@ VALUES (uuidv7(), $1, $2, $3, 'normal', now(), 'backoff', now() - interval '1 se
 		{"oldest", oldestSQL, nil},
 		{"oldest since", oldestSinceSQL, []string{"now() - interval '1 minute'"}},
 	} {
-		plans, pages := dbtest.Plans(t, pool, tc.sql, tc.args...)
-		for i, plan := range plans {
-			require.Contains(t, plan, "deliveries_wake_idx", tc.name)
-			require.NotContains(t, plan, "deliveries_unfinished_idx", tc.name)
-			require.Less(t, pages[i], 20, "%s: %s", tc.name, plan)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			dbtest.ReadsIndex(t, pool, "deliveries_wake_idx", 20, tc.sql, tc.args...)
+		})
 	}
 }

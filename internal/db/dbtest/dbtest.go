@@ -185,12 +185,7 @@ func Prepared(t testing.TB, conn *pgxpool.Conn, sql string) bool {
 // buffers hit and read): its plan's top node counts its children's.
 func PagesRead(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
-	var plan []struct {
-		Plan struct {
-			Hit  int `json:"Shared Hit Blocks"`
-			Read int `json:"Shared Read Blocks"`
-		}
-	}
+	var plan []struct{ Plan planNode }
 	var text string
 	if err := pool.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&text); err != nil {
 		t.Fatalf("explain: %v", err)
@@ -325,4 +320,20 @@ func (n planNode) nodes(out []string) []string {
 		out = c.nodes(out)
 	}
 	return out
+}
+
+// ReadsIndex checks, with Plans, that sql reads index and not
+// deliveries_unfinished_idx from its generic plan and from a custom one,
+// and, when maxPages > 0, that each reads fewer than maxPages pages.
+func ReadsIndex(t testing.TB, pool *pgxpool.Pool, index string, maxPages int, sql string, args ...string) {
+	t.Helper()
+	plans, pages := Plans(t, pool, sql, args...)
+	for i, plan := range plans {
+		if !strings.Contains(plan, index) || strings.Contains(plan, "deliveries_unfinished_idx") {
+			t.Errorf("want %s and not deliveries_unfinished_idx in the plan of %s\n%s", index, sql, plan)
+		}
+		if maxPages > 0 && pages[i] >= maxPages {
+			t.Errorf("%d pages read, want fewer than %d, by %s\n%s", pages[i], maxPages, sql, plan)
+		}
+	}
 }
