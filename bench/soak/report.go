@@ -35,6 +35,7 @@ func emit(o options, vacuum string, pg *pgReader, r soakRun, ws *windows) error 
 		pgPartsTable(o, ws, r.pg, uses),
 		statementsTable(o, ws, pg, r.pg, uses),
 		sizeTable(r.sizes),
+		slowestTable(ws),
 		verdictTable(stats, uses),
 	}
 	for _, t := range tables {
@@ -94,6 +95,25 @@ func sizeTable(snaps []sizeSnapshot) report.Table {
 		Header: []string{"table", "at", "delivered", "total", "heap", "indexes", "live rows", "dead rows", "bytes per delivery since the start", "bytes per delivery in the window"},
 		Rows:   rows,
 	}
+}
+
+// slowestSecondsShown is how many of the slowest seconds slowestTable lists.
+const slowestSecondsShown = 10
+
+func slowestTable(ws *windows) report.Table {
+	t := report.Table{
+		Title: "Soak: the slowest seconds",
+		Notes: []string{fmt.Sprintf("The %d seconds of the run whose events arrived more than %s after their scheduled send most often, in order (times UTC, by schedule): the moments to look for in the processes' logs (`-logs`) and Postgres's (checkpoints, the worker's analyses and passes).",
+			slowestSecondsShown, report.Ms(lateAfter))},
+		Header: []string{"second", "received", "late", "latest"},
+	}
+	for _, s := range ws.slowest(slowestSecondsShown) {
+		t.Rows = append(t.Rows, []string{s.at.UTC().Format("15:04:05"), fmt.Sprint(s.received), fmt.Sprint(s.late), report.Ms(s.worst)})
+	}
+	if len(t.Rows) == 0 {
+		t.Notes = append(t.Notes, "No event arrived late.")
+	}
+	return t
 }
 
 func verdictTable(stats []windowStats, uses []cpuUse) report.Table {

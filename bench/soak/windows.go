@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -22,8 +23,20 @@ type windows struct {
 	mu        sync.Mutex
 	start     time.Time // the first publish's scheduled time
 	w         []window
-	delivered int64 // first arrivals so far, over every webhook
+	delivered int64             // first arrivals so far, over every webhook
+	seconds   map[int64]*second // by the second their event was scheduled in, from the start
 }
+
+// second is what became of the first arrivals of the events scheduled in
+// one second of the run.
+type second struct {
+	received, late int64 // late: more than lateAfter after their scheduled send
+	worst          time.Duration
+}
+
+// lateAfter is the receipt latency past which an arrival counts as late
+// in the slowest seconds (slowest).
+const lateAfter = 100 * time.Millisecond
 
 // window is what happened in one window.
 type window struct {
@@ -38,7 +51,8 @@ type window struct {
 // rate events/s, each window length long (the last may be shorter).
 func newWindows(duration, length time.Duration, rate int) *windows {
 	n := int((duration + length - 1) / length)
-	return &windows{length: length, interval: time.Second / time.Duration(rate), w: make([]window, max(n, 1))}
+	return &windows{length: length, interval: time.Second / time.Duration(rate), w: make([]window, max(n, 1)),
+		seconds: map[int64]*second{}}
 }
 
 // begin sets the run's start, the first publish's scheduled time; the
@@ -81,7 +95,48 @@ func (ws *windows) arrival(a seqload.Arrival) {
 	}
 	w.received++
 	ws.delivered++
-	w.receipt = append(w.receipt, a.At.Sub(ws.start.Add(ws.scheduled(a.Seq))))
+	due := ws.scheduled(a.Seq)
+	latency := a.At.Sub(ws.start.Add(due))
+	w.receipt = append(w.receipt, latency)
+	sec := ws.seconds[int64(due/time.Second)]
+	if sec == nil {
+		sec = &second{}
+		ws.seconds[int64(due/time.Second)] = sec
+	}
+	sec.received++
+	if latency > lateAfter {
+		sec.late++
+	}
+	sec.worst = max(sec.worst, latency)
+}
+
+// slowSecond is one second of the run among the slowest.
+type slowSecond struct {
+	at time.Time // the second's start, as scheduled
+	second
+}
+
+// slowest returns the n seconds whose events arrived late most often
+// (the latest arrival breaking ties), in the order they happened: the
+// moments to look for in the processes' and Postgres's logs.
+func (ws *windows) slowest(n int) []slowSecond {
+	ws.mu.Lock()
+	all := make([]slowSecond, 0, len(ws.seconds))
+	for s, sec := range ws.seconds {
+		if sec.late > 0 {
+			all = append(all, slowSecond{at: ws.start.Add(time.Duration(s) * time.Second), second: *sec})
+		}
+	}
+	ws.mu.Unlock()
+	slices.SortFunc(all, func(a, b slowSecond) int {
+		if c := cmp.Compare(b.late, a.late); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.worst, a.worst)
+	})
+	all = all[:min(n, len(all))]
+	slices.SortFunc(all, func(a, b slowSecond) int { return a.at.Compare(b.at) })
+	return all
 }
 
 // lose counts an accepted event that one of the webhooks never received.

@@ -77,3 +77,26 @@ func TestCompare(t *testing.T) {
 		require.Equal(t, c.within, within, "compare(%v, %v)", c.first, c.last)
 	}
 }
+
+func TestSlowestSecondsAreTheOnesMostOftenLate(t *testing.T) {
+	ws := newWindows(10*time.Second, 10*time.Second, 10) // seq 10 is due at 1 s
+	start := time.Unix(1000, 0)
+	ws.begin(start)
+	arrive := func(seq int64, after time.Duration) {
+		ws.arrival(seqload.Arrival{Seq: seq, At: start.Add(ws.scheduled(seq) + after)})
+	}
+	arrive(0, 10*time.Millisecond) // second 0: on time only
+	arrive(10, 300*time.Millisecond)
+	arrive(11, 200*time.Millisecond) // second 1: two late, the latest 300 ms
+	arrive(20, 900*time.Millisecond) // second 2: one late, 900 ms
+	arrive(21, time.Millisecond)
+	arrive(30, 150*time.Millisecond) // second 3: one late, 150 ms
+	ws.arrival(seqload.Arrival{Seq: 30, At: start.Add(5 * time.Second), Again: true})
+
+	got := ws.slowest(2)
+	require.Equal(t, []slowSecond{
+		{at: start.Add(time.Second), second: second{received: 2, late: 2, worst: 300 * time.Millisecond}},
+		{at: start.Add(2 * time.Second), second: second{received: 2, late: 1, worst: 900 * time.Millisecond}},
+	}, got, "most often late first, ties by the latest arrival; listed in time order; duplicates not counted")
+	require.Len(t, ws.slowest(10), 3, "seconds with no late arrival are not listed")
+}
