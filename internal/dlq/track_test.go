@@ -7,63 +7,138 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
 )
 
-// A cancelled batch's retries enqueued before the cancel are counted as
-// they end, and once every one of them is, the batch is counted no more:
-// its deliveries are not read again every second for the rest of the day.
-func TestCancelledBatchIsTrackedUntilItsRetriesEnd(t *testing.T) {
+// newBatch stores a batch operation of the fixture's tenant in state,
+// having enqueued processed retries, all of them when enqueuedAll.
+func (f *dlqFixture) newBatch(state string, processed int, enqueuedAll bool) uuid.UUID {
+	f.t.Helper()
+	var id uuid.UUID
+	require.NoError(f.t, f.pool.QueryRow(context.Background(), `INSERT INTO batch_operations
+    (id, tenant_id, filter, requests_per_second, priority, state, processed, started_at, enqueued_all_at, finished_at)
+VALUES (uuidv7(), $1, '{}', 10, 'normal', $2, $3, now(), CASE WHEN $4 THEN now() END,
+    CASE WHEN $2 NOT IN ('pending', 'running') THEN now() END) RETURNING id`,
+		f.seed.Tenant, state, processed, enqueuedAll).Scan(&id))
+	return id
+}
+
+// retries stores n pending retries batch made of new exhausted deliveries.
+func (f *dlqFixture) retries(batch uuid.UUID, n int) []uuid.UUID {
+	f.t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		require.NoError(f.t, f.pool.QueryRow(context.Background(), `INSERT INTO deliveries
+    (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
+VALUES (uuidv7(), $1, $2, $3, 'normal', $4, $5) RETURNING id`,
+			f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], batch, f.exhausted(time.Hour)).Scan(&ids[i]))
+	}
+	return ids
+}
+
+// counts returns batch's succeeded and failed counts.
+func (f *dlqFixture) counts(batch uuid.UUID) [2]int {
+	f.t.Helper()
+	var c [2]int
+	require.NoError(f.t, f.pool.QueryRow(context.Background(),
+		`SELECT succeeded, failed FROM batch_operations WHERE id = $1`, batch).Scan(&c[0], &c[1]))
+	return c
+}
+
+// A batch's retries count in its succeeded and failed as the statements
+// that end them commit, whoever runs them and whatever the batch's state:
+// nothing recounts them.
+func TestBatchCountsEachRetryAsItEnds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newDLQFixture(t)
-	var batch uuid.UUID
-	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO batch_operations
-    (id, tenant_id, filter, requests_per_second, priority, state, processed, finished_at)
-VALUES (uuidv7(), $1, '{}', 10, 'normal', 'cancelled', 3, now() - interval '1 minute') RETURNING id`, f.seed.Tenant).Scan(&batch))
-	// retry stores a retry the batch made of a new exhausted delivery.
-	retry := func(status string) uuid.UUID {
-		t.Helper()
-		var id uuid.UUID
-		require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO deliveries
-    (id, tenant_id, event_id, webhook_id, priority, status, batch_operation_id, retry_of, completed_at)
-VALUES (uuidv7(), $1, $2, $3, 'normal', $4, $5, $6, CASE WHEN $4 <> 'pending' THEN now() END) RETURNING id`,
-			f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], status, batch, f.exhausted(time.Hour)).Scan(&id))
-		return id
-	}
-	retry("succeeded")
-	retry("succeeded")
-	pending := retry("pending")
-	counts := func() [2]int {
-		t.Helper()
-		var c [2]int
-		require.NoError(t, f.pool.QueryRow(ctx, `SELECT succeeded, failed FROM batch_operations WHERE id = $1`, batch).Scan(&c[0], &c[1]))
-		return c
-	}
-	r := NewRunner(f.pool, &taskRecorder{}, slog.New(slog.DiscardHandler), 1, 30*time.Second)
-	require.NoError(t, r.TrackOutcomes(ctx))
-	require.Equal(t, [2]int{2, 0}, counts())
+	batch := f.newBatch("running", 6, false)
+	other := f.newBatch("running", 1, false)
+	r := f.retries(batch, 6)
+	o := f.retries(other, 1)
 
-	f.exec(`UPDATE deliveries SET status = 'exhausted', completed_at = now() WHERE id = $1`, pending)
-	require.NoError(t, r.TrackOutcomes(ctx))
-	require.Equal(t, [2]int{2, 1}, counts(), "the last retry counted")
+	f.exec(`UPDATE deliveries SET status = 'retrying', attempt_count = 1 WHERE id = $1`, r[0])
+	require.Equal(t, [2]int{0, 0}, f.counts(batch), "a retry still under way")
 
-	// Every retry has its outcome: a delivery of the batch's that appears
-	// now is not counted.
-	retry("succeeded")
-	require.NoError(t, r.TrackOutcomes(ctx))
-	require.Equal(t, [2]int{2, 1}, counts(), "the batch is tracked no more")
-	var state string
-	require.NoError(t, f.pool.QueryRow(ctx, `SELECT state FROM batch_operations WHERE id = $1`, batch).Scan(&state))
-	require.Equal(t, "cancelled", state)
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, r[0])
+	require.Equal(t, [2]int{1, 0}, f.counts(batch), "a success, from retrying")
+
+	// One statement ending retries of two batches: an exhausted one, a
+	// cancelled one, and the other batch's success.
+	f.exec(`UPDATE deliveries SET status = CASE WHEN id = $1 THEN 'exhausted' WHEN id = $2 THEN 'cancelled' ELSE 'succeeded' END,
+    completed_at = now() WHERE id IN ($1, $2, $3)`, r[1], r[2], o[0])
+	require.Equal(t, [2]int{1, 2}, f.counts(batch))
+	require.Equal(t, [2]int{1, 0}, f.counts(other))
+
+	// An ended retry written again (the DLQ's record of it) is not counted again.
+	f.exec(`UPDATE deliveries SET dead_lettered_at = now() WHERE id = $1`, r[1])
+	require.Equal(t, [2]int{1, 2}, f.counts(batch))
+
+	// A cancelled batch's retries enqueued before the cancel still count.
+	f.exec(`UPDATE batch_operations SET state = 'cancelled', finished_at = now() WHERE id = $1`, batch)
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, r[3])
+	require.Equal(t, [2]int{2, 2}, f.counts(batch))
+
+	// The worker's role ends most retries; it cannot read batch operations,
+	// and its statements count them all the same.
+	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL ROLE hookline_worker`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, r[4])
+		return err
+	}))
+	require.Equal(t, [2]int{3, 2}, f.counts(batch))
+
+	// A delivery of no batch, and a batch's deleted retry, change nothing.
+	var single uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority)
+VALUES (uuidv7(), $1, $2, $3, 'normal') RETURNING id`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0]).Scan(&single))
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, single)
+	f.exec(`DELETE FROM deliveries WHERE id = $1`, r[0])
+	require.Equal(t, [2]int{3, 2}, f.counts(batch))
+	require.Equal(t, [2]int{1, 0}, f.counts(other))
 }
 
-// The tracking of outcomes (every second) finds the open batches through
-// their indexes: beside 5,000 finished batches and 500 cancelled ones
-// whose retries all ended, it reads a few pages, and still counts the
-// running batch's outcomes.
+// The tracking completes a running batch once it has enqueued every
+// retry and every one of them has ended, and not before.
+func TestTrackingCompletesABatchOnceEveryRetryEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newDLQFixture(t)
+	enqueued := f.newBatch("running", 2, true)
+	enqueuing := f.newBatch("running", 1, false)
+	r := f.retries(enqueued, 2)
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1 OR batch_operation_id = $2`, r[0], enqueuing)
+	state := func(id uuid.UUID) (s string, finished bool) {
+		t.Helper()
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT state, finished_at IS NOT NULL FROM batch_operations WHERE id = $1`, id).
+			Scan(&s, &finished))
+		return s, finished
+	}
+	runner := NewRunner(f.pool, &taskRecorder{}, slog.New(slog.DiscardHandler), 1, 30*time.Second)
+	require.NoError(t, runner.TrackOutcomes(ctx))
+	s, finished := state(enqueued)
+	require.Equal(t, "running", s, "one retry still under way")
+	require.False(t, finished)
+
+	f.exec(`UPDATE deliveries SET status = 'exhausted', completed_at = now() WHERE id = $1`, r[1])
+	require.NoError(t, runner.TrackOutcomes(ctx))
+	s, finished = state(enqueued)
+	require.Equal(t, "completed", s)
+	require.True(t, finished)
+	require.Equal(t, [2]int{1, 1}, f.counts(enqueued))
+	s, _ = state(enqueuing)
+	require.Equal(t, "running", s, "its one retry ended, but it may have more to enqueue")
+}
+
+// The tracking (every second) reads the open batches alone: beside 5,000
+// finished batches and 500 cancelled ones, with a running batch whose
+// 20,000 retries have ended, it reads a few pages, not the batch's
+// deliveries, and completes that batch.
 func TestTrackingReadsOnlyOpenBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -73,19 +148,25 @@ func TestTrackingReadsOnlyOpenBatches(t *testing.T) {
 SELECT uuidv7(), $1, '{"event_types": ["order.created"]}', 100, 'normal',
     CASE WHEN g % 10 = 0 THEN 'cancelled' ELSE 'completed' END, 100, 100, now() - g * interval '1 second'
 FROM generate_series(1, 5500) g`, f.seed.Tenant)
-	var running uuid.UUID
-	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO batch_operations
-    (id, tenant_id, filter, requests_per_second, priority, state, processed, started_at)
-VALUES (uuidv7(), $1, '{}', 10, 'normal', 'running', 1, now()) RETURNING id`, f.seed.Tenant).Scan(&running))
-	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, batch_operation_id, retry_of, completed_at)
-VALUES (uuidv7(), $1, $2, $3, 'normal', 'succeeded', $4, $5, now())`,
-		f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], running, f.exhausted(time.Hour))
+	const retries = 20000
+	running := f.newBatch("running", retries, true)
+	f.exec(`WITH exhausted AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, completed_at)
+    SELECT uuidv7(), $1, $2, $3, 'normal', 'exhausted', now() FROM generate_series(1, $5)
+    RETURNING id
+)
+INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
+SELECT uuidv7(), $1, $2, $3, 'normal', $4, id FROM exhausted`,
+		f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], running, retries)
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE batch_operation_id = $1`, running)
 	f.exec(`ANALYZE batch_operations`)
+	f.exec(`ANALYZE deliveries`)
+	require.Equal(t, [2]int{retries, 0}, f.counts(running))
 
 	pages := dbtest.PagesRead(t, f.pool, trackSQL)
 	t.Logf("pages read: %d", pages)
 	require.Less(t, pages, 30)
-	var succeeded int
-	require.NoError(t, f.pool.QueryRow(ctx, `SELECT succeeded FROM batch_operations WHERE id = $1`, running).Scan(&succeeded))
-	require.Equal(t, 1, succeeded, "the running batch counted")
+	var state string
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT state FROM batch_operations WHERE id = $1`, running).Scan(&state))
+	require.Equal(t, "completed", state)
 }

@@ -1,0 +1,66 @@
+package db_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/db"
+)
+
+// A database with batches under way migrates with each open batch's
+// counts recounted from its retries, as the dlq's tracking last left them
+// or not: the running batch and the cancelled one still counting get
+// their exact counts, a finished batch keeps its own. From then on each
+// retry counts as it ends. Migrating back removes the trigger and restores
+// the index of the cancelled batches still counting.
+func TestBatchOutcomesMigrationRecountsTheOpenBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, exec := atVersion(t, 28)
+	tenant, hook := uuid.New(), uuid.New()
+	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
+	exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+		VALUES ($2, $1, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, tenant, hook)
+	batch := func(state string, succeeded int) uuid.UUID {
+		t.Helper()
+		id := uuid.New()
+		exec(`INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority, state, processed, succeeded, finished_at)
+VALUES ($1, $2, '{}', 10, 'normal', $3, 4, $4, CASE WHEN $3 <> 'running' THEN now() END)`, id, tenant, state, succeeded)
+		// Four retries: two succeeded, one exhausted, one pending.
+		exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, status, completed_at)
+SELECT uuidv7(), $1, gen_random_uuid(), $2, 'normal', $3, s, CASE WHEN s <> 'pending' THEN now() END
+FROM unnest(ARRAY['succeeded', 'succeeded', 'exhausted', 'pending']) s`, tenant, hook, id)
+		return id
+	}
+	running := batch("running", 1)     // counted a second before two more ended
+	cancelled := batch("cancelled", 0) // cancelled, retries under way
+	completed := batch("completed", 4) // as the tracking left it
+	counts := func(id uuid.UUID) [2]int {
+		t.Helper()
+		var c [2]int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT succeeded, failed FROM batch_operations WHERE id = $1`, id).Scan(&c[0], &c[1]))
+		return c
+	}
+
+	_, err := db.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, [2]int{2, 1}, counts(running))
+	require.Equal(t, [2]int{2, 1}, counts(cancelled))
+	require.Equal(t, [2]int{4, 0}, counts(completed), "a finished batch is not recounted")
+
+	exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE batch_operation_id = ANY ($1) AND status = 'pending'`,
+		[]uuid.UUID{running, cancelled})
+	require.Equal(t, [2]int{3, 1}, counts(running))
+	require.Equal(t, [2]int{3, 1}, counts(cancelled))
+
+	require.NoError(t, db.MigrateTo(ctx, pool, 28))
+	var def string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_indexdef('batch_operations_cancelled_idx'::regclass)`).Scan(&def))
+	require.Contains(t, def, "WHERE")
+	var triggers int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'deliveries_update_batch_outcomes'`).Scan(&triggers))
+	require.Zero(t, triggers)
+}
