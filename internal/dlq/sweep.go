@@ -103,45 +103,65 @@ SELECT * FROM swept`, sweepFloorLag.Milliseconds())
 // never behind the floor.
 const sweepFloorLag = 5 * time.Minute
 
-// lostSQL clears the enqueued mark of deliveries whose message is lost, so
-// that the outbox relay publishes them again, due now: the relay's passes
-// read from shortly before their last one on (package duescan), and only
-// one an hour from the oldest due time. It leaves parked deliveries
-// alone (they wait in Postgres, not in a queue, and a waker or whoever
-// finishes the one before publishes them) and any delivery something
-// touched within the age (a deferral, a park, a wake-up, an attempt).
+// lostBound is the SQL id bound of the lost sweep ($1 its age): a lost
+// delivery was created (and its id taken) before it was enqueued, over
+// the age ago; a minute's margin is added.
+const lostBound = `uuidv7_floor(now() - $1::interval + interval '1 minute')`
+
+// lostWebhooksSQL moves the unfinished floor of each webhook whose floor
+// is before lostBound (package unfinished) and returns those whose floor
+// stays before it: the webhooks with an unfinished delivery created over
+// the age ago, the only ones that can have lost one. A webhook whose
+// floor moves to FloorLag before now is left out until its floor is the
+// age old again, so most webhooks are looked at once per age.
+var lostWebhooksSQL = `WITH ` + unfinished.AdvanceFloors(lostBound) + `
+SELECT n.webhook_id, w.tenant_id FROM floors n JOIN webhooks w ON w.id = n.webhook_id
+WHERE n.floor < ` + lostBound + `
+ORDER BY n.webhook_id`
+
+// lostSQL clears the enqueued mark of webhook $2's (of tenant $3) lost
+// deliveries, up to $4, so that the outbox relay publishes them again,
+// due now: the relay's passes read from shortly before their last one on
+// (package duescan), and only one an hour from the oldest due time. It
+// leaves parked deliveries alone (they wait in Postgres, not in a queue,
+// and a waker or whoever finishes the one before publishes them) and any
+// delivery something touched within the age (a deferral, a park, a
+// wake-up, an attempt).
 //
-// It reads each webhook's unfinished deliveries from its unfinished floor,
-// which it moves first (package unfinished): not the entries that every
-// finished delivery left in deliveries_unfinished_idx. A lost delivery was
-// created (and its id taken) before it was enqueued, over the age ago; a
-// webhook whose floor is later than that, a minute's margin added, has
-// none and is not read, so most webhooks are read once per age, not at
-// every sweep. It skips the deliveries another transaction holds (a
-// worker recording an attempt, another dlq process sweeping) and waits
-// for none. Each webhook's deliveries are read through their own range of
-// the index (the LIMIT keeps the planner from joining the whole index to
-// the floors), and the update finds them by id: by primary key, whatever
-// the estimates (= ANY of their array), and naming their state so that no
-// other index serves (wire.UnfinishedByKey).
-var lostSQL = `WITH ` + unfinished.AdvanceFloors("uuidv7_floor(now() - $1::interval + interval '1 minute')") + `, lost AS MATERIALIZED (
-    SELECT d.id, d.enqueued_at FROM floors n
-    CROSS JOIN LATERAL (
-        SELECT id, enqueued_at FROM deliveries
-        WHERE webhook_id = n.webhook_id AND status IN ('pending', 'retrying') AND id >= n.floor
-          AND parked_at IS NULL AND enqueued_at < now() - $1::interval AND updated_at < now() - $1::interval
-          AND coalesce(next_attempt_at, created_at) < now() - $1::interval
-        ORDER BY id
-        LIMIT 1000
-        FOR UPDATE SKIP LOCKED
-    ) d
-    LIMIT 1000
+// It reads the webhook's unfinished deliveries through its unfinished
+// span, which it moves first (unfinished.AdvanceFloor): the old ones by
+// id, and the range from the span's head to lostBound. The old unfinished
+// delivery that keeps the webhook in the sweep (retrying for a day,
+// parked while the webhook is paused) holds its floor, and a read from
+// the floor would read every entry deliveries_unfinished_idx kept since
+// it, at every sweep. It skips the deliveries another transaction holds
+// (a worker recording an attempt, another dlq process sweeping) and waits
+// for none. The update finds them by primary key, whatever the estimates
+// (= ANY of their array), naming their state so that no other index
+// serves (wire.UnfinishedByKey).
+var lostSQL = `WITH ` + unfinished.AdvanceFloor("$2", "$3") + `, lost AS MATERIALIZED (
+    SELECT id, enqueued_at FROM deliveries
+    WHERE id = ANY (ARRAY(
+            SELECT id FROM deliveries
+            WHERE webhook_id = $2 AND status IN ('pending', 'retrying')
+              AND id >= (SELECT head FROM span) AND id < ` + lostBound + `
+            UNION ALL
+            SELECT unnest((SELECT behind FROM span)::uuid[])))
+      AND webhook_id = $2 AND ` + wire.UnfinishedByKey("status") + ` AND parked_at IS NULL
+      AND enqueued_at < now() - $1::interval AND updated_at < now() - $1::interval
+      AND coalesce(next_attempt_at, created_at) < now() - $1::interval
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE deliveries d SET enqueued_at = NULL, next_attempt_at = now(), updated_at = now()
 FROM lost
 WHERE d.id = ANY (ARRAY(SELECT id FROM lost)) AND d.id = lost.id AND ` + wire.UnfinishedByKey("d.status") + ` AND d.parked_at IS NULL
   AND d.enqueued_at < now() - $1::interval AND d.updated_at < now() - $1::interval
 RETURNING d.id, d.tenant_id, d.attempt_count, lost.enqueued_at`
+
+// lostPerSweep is how many lost deliveries one sweep hands back at most.
+const lostPerSweep = 1000
 
 // Run sweeps until ctx ends: exhausted deliveries every Interval, lost
 // ones every LostInterval.
@@ -173,12 +193,42 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	return s.sweepLost(ctx)
 }
 
-// sweepLost hands the lost deliveries, up to 1,000, back to the outbox
-// relay, one log line each.
+// sweepLost hands the lost deliveries, up to lostPerSweep, back to the
+// outbox relay, one log line each: one statement finds the webhooks that
+// can have any, then one per webhook, each its own transaction.
 func (s *Sweeper) sweepLost(ctx context.Context) error {
-	rows, err := s.pool.Query(ctx, lostSQL, s.LostAge)
+	rows, err := s.pool.Query(ctx, lostWebhooksSQL, s.LostAge)
 	if err != nil {
 		return fmt.Errorf("sweep lost deliveries: %w", err)
+	}
+	type webhookOf struct{ webhook, tenant uuid.UUID }
+	hooks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (webhookOf, error) {
+		var h webhookOf
+		return h, row.Scan(&h.webhook, &h.tenant)
+	})
+	if err != nil {
+		return fmt.Errorf("sweep lost deliveries: %w", err)
+	}
+	left := lostPerSweep
+	for _, h := range hooks {
+		if left == 0 {
+			break
+		}
+		n, err := s.sweepLostOf(ctx, h.webhook, h.tenant, left)
+		if err != nil {
+			return err
+		}
+		left -= n
+	}
+	return nil
+}
+
+// sweepLostOf hands up to limit lost deliveries of webhook back to the
+// outbox relay and returns how many.
+func (s *Sweeper) sweepLostOf(ctx context.Context, webhook, tenant uuid.UUID, limit int) (int, error) {
+	rows, err := s.pool.Query(ctx, lostSQL, s.LostAge, webhook, tenant, limit)
+	if err != nil {
+		return 0, fmt.Errorf("sweep lost deliveries of webhook %s: %w", webhook, err)
 	}
 	var id, tenantID uuid.UUID
 	var attempts int
@@ -189,10 +239,10 @@ func (s *Sweeper) sweepLost(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("sweep lost deliveries: %w", err)
+		return 0, fmt.Errorf("sweep lost deliveries of webhook %s: %w", webhook, err)
 	}
 	metrics.LostDeliveriesResent.Add(float64(n.RowsAffected()))
-	return nil
+	return int(n.RowsAffected()), nil
 }
 
 // sweepExhausted records, with their owner notifications, the exhausted

@@ -186,11 +186,68 @@ RETURNING id`, f.seed.Tenant, f.seed.Event, w, ago, parked).Scan(&id))
 	require.NoError(t, f.s.sweepLost(ctx))
 	require.Equal(t, moved, otherFloor(), "left out")
 
-	fromFloor := dbtest.PagesRead(t, f.pool, lostSQL, f.s.LostAge)
+	fromFloor := dbtest.PagesRead(t, f.pool, lostWebhooksSQL, f.s.LostAge) +
+		dbtest.PagesRead(t, f.pool, lostSQL, f.s.LostAge, hook, f.seed.Tenant, lostPerSweep)
 	fromStart := dbtest.PagesRead(t, f.pool, `SELECT id FROM deliveries
 WHERE webhook_id = $1 AND status IN ('pending', 'retrying') AND parked_at IS NULL AND enqueued_at < now() - interval '1 hour'
 ORDER BY id LIMIT 1000`, hook)
 	t.Logf("pages read: %d from the floors, %d from the first entry", fromFloor, fromStart)
-	require.Less(t, fromFloor, 40)
+	require.Less(t, fromFloor, 60)
 	require.Greater(t, fromStart, fromFloor+60, "the entries of the 20,000 finished deliveries")
+}
+
+// A webhook with a delivery parked for two days (its webhook paused) is
+// looked at by every sweep, its floor held there; each sweep after the
+// first reads its deliveries through its span, not the entries of the
+// 20,000 deliveries that finished since, and still finds one lost among
+// them.
+func TestLostSweepReadsPastAnOldUnfinishedDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newDLQFixture(t)
+	hook := f.seed.Webhooks[0]
+	var parked uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO deliveries
+    (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at, parked_at, park_reason, next_attempt_at)
+VALUES (uuidv7_floor(now() - interval '2 days'), $1, $2, $3, 'normal', 'pending', now() - interval '2 days',
+        now() - interval '2 days', 'inactive', now() + interval '1 day')
+RETURNING id`, f.seed.Tenant, f.seed.Event, hook).Scan(&parked))
+	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at)
+SELECT uuidv7_floor(now() - interval '1 day' + g * interval '1 ms'), $1, $2, $3, 'normal', 'pending', now()
+FROM generate_series(1, 20000) g`, f.seed.Tenant, f.seed.Event, hook)
+	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE webhook_id = $1 AND id <> $2`, hook, parked)
+	// A delivery enqueued 90 minutes ago whose message was lost.
+	var lost uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO deliveries
+    (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at, created_at, updated_at)
+VALUES (uuidv7_floor(now() - interval '90 minutes'), $1, $2, $3, 'normal', 'pending',
+        now() - interval '90 minutes', now() - interval '90 minutes', now() - interval '90 minutes')
+RETURNING id`, f.seed.Tenant, f.seed.Event, hook).Scan(&lost))
+	f.exec(`ANALYZE deliveries`)
+	enqueued := func(id uuid.UUID) bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT enqueued_at IS NOT NULL FROM deliveries WHERE id = $1`, id).Scan(&ok))
+		return ok
+	}
+	require.NoError(t, f.s.sweepLost(ctx))
+	require.False(t, enqueued(lost), "handed back to the relay")
+	var floor uuid.UUID
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT floor FROM webhook_unfinished_floors WHERE webhook_id = $1`, hook).Scan(&floor))
+	require.Equal(t, parked, floor, "held by the parked delivery")
+
+	// Its message is lost again, and the next sweep finds it by its span.
+	f.exec(`UPDATE deliveries SET enqueued_at = now() - interval '90 minutes', updated_at = now() - interval '90 minutes',
+    next_attempt_at = now() - interval '90 minutes' WHERE id = $1`, lost)
+	webhooks := dbtest.PagesRead(t, f.pool, lostWebhooksSQL, f.s.LostAge)
+	sweep := dbtest.PagesRead(t, f.pool, lostSQL, f.s.LostAge, hook, f.seed.Tenant, lostPerSweep)
+	fromFloor := dbtest.PagesRead(t, f.pool, `SELECT id FROM deliveries
+WHERE webhook_id = $1 AND status IN ('pending', 'retrying') AND id >= $2 AND parked_at IS NULL
+  AND enqueued_at < now() - interval '1 hour'
+ORDER BY id LIMIT 1000`, hook, floor)
+	t.Logf("pages read: %d finding the webhooks, %d sweeping the webhook, %d from its floor", webhooks, sweep, fromFloor)
+	require.Less(t, webhooks+sweep, 60)
+	require.Greater(t, fromFloor, webhooks+sweep+60, "the entries of the 20,000 finished deliveries")
+	require.False(t, enqueued(lost), "handed back to the relay again")
+	require.True(t, enqueued(parked), "a parked delivery is left alone")
 }
