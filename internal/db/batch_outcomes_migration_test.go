@@ -61,6 +61,6 @@ FROM unnest(ARRAY['succeeded', 'succeeded', 'exhausted', 'pending']) s`, tenant,
 	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_indexdef('batch_operations_cancelled_idx'::regclass)`).Scan(&def))
 	require.Contains(t, def, "WHERE")
 	var triggers int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'deliveries_update_batch_outcomes'`).Scan(&triggers))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'deliveries_batch_outcomes'`).Scan(&triggers))
 	require.Zero(t, triggers)
 }

@@ -400,7 +400,7 @@ func (r *Runner) fail(ctx context.Context, id uuid.UUID, reason string) {
 
 // trackSQL completes the running batches whose retries have all ended:
 // every retry a batch enqueued counts in its succeeded or failed as it
-// ends (the trigger deliveries_update_batch_outcomes, migration 29), so
+// ends (the trigger deliveries_batch_outcomes, migration 29), so
 // the pass reads the running batches alone, through
 // batch_operations_open_idx, never their deliveries.
 const trackSQL = `UPDATE batch_operations SET state = 'completed', finished_at = now()

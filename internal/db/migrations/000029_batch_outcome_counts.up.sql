@@ -12,17 +12,16 @@
 -- deliveries of the open batches alone.
 LOCK TABLE deliveries IN SHARE ROW EXCLUSIVE MODE;
 
--- deliveries_update_batch_outcomes adds the deliveries a statement moved
+-- deliveries_batch_outcomes adds the deliveries a statement moved
 -- from pending or retrying to succeeded (succeeded) or to exhausted or
 -- cancelled (failed) to the counts of their batch operations. It runs as
 -- the owner of the schema (SECURITY DEFINER, search path fixed below):
 -- the worker's role, which ends most deliveries, neither reads nor
 -- writes batch operations otherwise. The batches are locked in id order,
--- after the rollups (statement triggers fire in name order, and the
--- rollup trigger's name sorts first), the order in which a batch's own
--- transactions take them: their inserts' rollups, then the batch's
--- checkpoint.
-CREATE FUNCTION deliveries_update_batch_outcomes() RETURNS trigger
+-- before the rollups (statement triggers fire in name order, and this
+-- one's name sorts first), the order in which a batch's own transactions
+-- take them: its heartbeat, then its inserts' rollups.
+CREATE FUNCTION deliveries_batch_outcomes() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     ids uuid[];
@@ -54,12 +53,12 @@ END $$;
 
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION deliveries_update_batch_outcomes() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION deliveries_batch_outcomes() SET search_path = %I, pg_temp', current_schema());
 END $$;
 
-CREATE TRIGGER deliveries_update_batch_outcomes AFTER UPDATE ON deliveries
+CREATE TRIGGER deliveries_batch_outcomes AFTER UPDATE ON deliveries
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION deliveries_update_batch_outcomes();
+    FOR EACH STATEMENT EXECUTE FUNCTION deliveries_batch_outcomes();
 
 -- The counts of the batches the tracking still counted, as it would have
 -- at its next pass: the running ones, and the cancelled ones of the last
