@@ -35,7 +35,7 @@ func emit(o options, vacuum string, pg *pgReader, r soakRun, ws *windows) error 
 		pgPartsTable(o, ws, r.pg, uses),
 		statementsTable(o, ws, pg, r.pg, uses),
 		sizeTable(r.sizes),
-		slowestTable(ws),
+		slowestTable(o, ws),
 		verdictTable(stats, uses),
 	}
 	for _, t := range tables {
@@ -97,21 +97,25 @@ func sizeTable(snaps []sizeSnapshot) report.Table {
 	}
 }
 
-// slowestSecondsShown is how many of the slowest seconds slowestTable lists.
-const slowestSecondsShown = 10
+// slowestSecondsShown is how many of each window's slowest seconds
+// slowestTable lists.
+const slowestSecondsShown = 3
 
-func slowestTable(ws *windows) report.Table {
+func slowestTable(o options, ws *windows) report.Table {
 	t := report.Table{
 		Title: "Soak: the slowest seconds",
-		Notes: []string{fmt.Sprintf("The %d seconds of the run whose events arrived more than %s after their scheduled send most often, in order (times UTC, by schedule): the moments to look for in the processes' logs (`-logs`) and Postgres's (checkpoints, the worker's analyses and passes).",
+		Notes: []string{fmt.Sprintf("In each window, the %d seconds whose events arrived more than %s after their scheduled send most often, in order (times UTC, by schedule): the moments to look for in the processes' logs (`-logs`) and Postgres's (checkpoints, the worker's analyses and passes), and in whatever else ran on the machine.",
 			slowestSecondsShown, report.Ms(lateAfter))},
-		Header: []string{"second", "received", "late", "latest"},
+		Header: []string{"window", "second", "received", "late", "latest"},
 	}
-	for _, s := range ws.slowest(slowestSecondsShown) {
-		t.Rows = append(t.Rows, []string{s.at.UTC().Format("15:04:05"), fmt.Sprint(s.received), fmt.Sprint(s.late), report.Ms(s.worst)})
-	}
-	if len(t.Rows) == 0 {
-		t.Notes = append(t.Notes, "No event arrived late.")
+	for i, secs := range ws.slowest(slowestSecondsShown) {
+		if len(secs) == 0 {
+			t.Rows = append(t.Rows, []string{windowLabel(ws, i, o), "none late", "", "", ""})
+		}
+		for _, s := range secs {
+			t.Rows = append(t.Rows, []string{windowLabel(ws, i, o), s.at.UTC().Format("15:04:05"), fmt.Sprint(s.received),
+				fmt.Sprint(s.late), report.Ms(s.worst)})
+		}
 	}
 	return t
 }

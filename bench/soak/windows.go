@@ -116,27 +116,32 @@ type slowSecond struct {
 	second
 }
 
-// slowest returns the n seconds whose events arrived late most often
-// (the latest arrival breaking ties), in the order they happened: the
-// moments to look for in the processes' and Postgres's logs.
-func (ws *windows) slowest(n int) []slowSecond {
+// slowest returns, for each window, the n seconds scheduled in it whose
+// events arrived late most often (the latest arrival breaking ties), in
+// the order they happened: the moments to look for in the processes' and
+// Postgres's logs. Seconds with no late arrival are left out.
+func (ws *windows) slowest(n int) [][]slowSecond {
 	ws.mu.Lock()
-	all := make([]slowSecond, 0, len(ws.seconds))
+	byWindow := make([][]slowSecond, len(ws.w))
 	for s, sec := range ws.seconds {
 		if sec.late > 0 {
-			all = append(all, slowSecond{at: ws.start.Add(time.Duration(s) * time.Second), second: *sec})
+			i := ws.index(time.Duration(s) * time.Second)
+			byWindow[i] = append(byWindow[i], slowSecond{at: ws.start.Add(time.Duration(s) * time.Second), second: *sec})
 		}
 	}
 	ws.mu.Unlock()
-	slices.SortFunc(all, func(a, b slowSecond) int {
-		if c := cmp.Compare(b.late, a.late); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.worst, a.worst)
-	})
-	all = all[:min(n, len(all))]
-	slices.SortFunc(all, func(a, b slowSecond) int { return a.at.Compare(b.at) })
-	return all
+	for i, all := range byWindow {
+		slices.SortFunc(all, func(a, b slowSecond) int {
+			if c := cmp.Compare(b.late, a.late); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.worst, a.worst)
+		})
+		all = all[:min(n, len(all))]
+		slices.SortFunc(all, func(a, b slowSecond) int { return a.at.Compare(b.at) })
+		byWindow[i] = all
+	}
+	return byWindow
 }
 
 // lose counts an accepted event that one of the webhooks never received.
