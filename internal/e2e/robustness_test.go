@@ -72,20 +72,22 @@ func TestLostDeliveryIsSweptBackToTheRelay(t *testing.T) {
 	s.waitStatus(first, "succeeded", 15*time.Second)
 
 	ctx := context.Background()
-	copyOf := func(enqueuedAgo, parkedAgo string) uuid.UUID {
-		id := uuid.Must(uuid.NewV7())
-		_, err := s.Pool.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority,
+	// copyOf stores a copy of the first delivery, created two hours ago
+	// (its id taken then, n ms past the hour), pending and enqueued.
+	copyOf := func(n int, enqueuedAgo, parkedAgo string) uuid.UUID {
+		var id uuid.UUID
+		require.NoError(t, s.Pool.QueryRow(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority,
 			enqueued_at, created_at, updated_at, parked_at, park_reason)
-			SELECT $1, tenant_id, event_id, webhook_id, 'pending', 'normal', now() - $2::interval,
-			       now() - interval '2 hours', now() - $2::interval,
+			SELECT uuidv7_floor(now() - interval '2 hours' + $1 * interval '1 ms'), tenant_id, event_id, webhook_id,
+			       'pending', 'normal', now() - $2::interval, now() - interval '2 hours', now() - $2::interval,
 			       now() - $3::interval, CASE WHEN $3::interval IS NOT NULL THEN 'order' END
-			FROM deliveries WHERE id = $4`, id, enqueuedAgo, nilIfEmpty(parkedAgo), first)
-		require.NoError(t, err)
+			FROM deliveries WHERE id = $4
+			RETURNING id`, n, enqueuedAgo, nilIfEmpty(parkedAgo), first).Scan(&id))
 		return id
 	}
-	lost := copyOf("2 hours", "")
-	parked := copyOf("2 hours", "2 hours")
-	recent := copyOf("10 minutes", "")
+	lost := copyOf(1, "2 hours", "")
+	parked := copyOf(2, "2 hours", "2 hours")
+	recent := copyOf(3, "10 minutes", "")
 
 	before := testutil.ToFloat64(metrics.LostDeliveriesResent)
 	sweeper := dlq.NewSweeper(s.DLQPool, &taskSink{}, slog.New(slog.DiscardHandler))
