@@ -54,7 +54,7 @@ type Runner struct {
 	ConcurrencyPerTenant int
 	// ClaimTimeout is how stale a claim must be to be taken over.
 	ClaimTimeout time.Duration
-	// Poll is how often the runner looks for work and completes batches.
+	// Poll is how often the runner looks for work and updates outcomes.
 	Poll time.Duration
 	// CountEvery is how often the gauges of finished batches are counted
 	// again (reading every batch ever made); those of pending and running
@@ -77,8 +77,8 @@ func NewRunner(pool *pgxpool.Pool, d dispatcher, log *slog.Logger, concurrency i
 		programs: filter.NewCache(0)}
 }
 
-// Run claims and runs batches, and completes those whose retries have all
-// ended, until ctx ends. Batches in progress stop at their next chunk; their
+// Run claims and runs batches, and keeps their outcome counts current,
+// until ctx ends. Batches in progress stop at their next chunk; their
 // checkpoint lets the next claimant resume.
 func (r *Runner) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -398,14 +398,36 @@ func (r *Runner) fail(ctx context.Context, id uuid.UUID, reason string) {
 	r.log.Error("batch operation failed", "batch_operation_id", id.String(), "reason", reason)
 }
 
-// trackSQL completes the running batches whose retries have all ended:
-// every retry a batch enqueued counts in its succeeded or failed as it
-// ends (the trigger deliveries_batch_outcomes, migration 29), so
-// the pass reads the running batches alone, through
-// batch_operations_open_idx, never their deliveries.
-const trackSQL = `UPDATE batch_operations SET state = 'completed', finished_at = now()
-WHERE state = 'running' AND enqueued_all_at IS NOT NULL AND succeeded + failed >= processed
-RETURNING id`
+// trackSQL brings the succeeded and failed counts of the open batches
+// (running, and cancelled with retries still under way, whose enqueued
+// retries go on) up to date, and completes a running batch once every
+// retry it enqueued has an outcome.
+//
+// The counts are the sums of the batch's counters in batch_outcomes, to
+// which each statement that ends retries adds them (the trigger
+// deliveries_batch_outcomes, migration 29): a few rows a batch, never
+// its deliveries. The open batches are found through two partial indexes
+// (batch_operations_open_idx, batch_operations_cancelled_idx), and
+// updated by primary key whatever the estimates (= ANY of their array),
+// not by reading every batch ever made.
+const trackSQL = `WITH open AS (
+    SELECT id FROM batch_operations WHERE state = 'running'
+    UNION ALL
+    SELECT id FROM batch_operations WHERE state = 'cancelled' AND succeeded + failed < processed
+), outcomes AS (
+    SELECT o.id, coalesce(sum(c.succeeded), 0) AS succeeded, coalesce(sum(c.failed), 0) AS failed
+    FROM open o LEFT JOIN batch_outcomes c ON c.batch_operation_id = o.id
+    GROUP BY o.id
+)
+UPDATE batch_operations b SET succeeded = o.succeeded, failed = o.failed,
+    state = CASE WHEN b.state = 'running' AND b.enqueued_all_at IS NOT NULL
+                  AND o.succeeded + o.failed >= b.processed THEN 'completed' ELSE b.state END,
+    finished_at = CASE WHEN b.state = 'running' AND b.enqueued_all_at IS NOT NULL
+                  AND o.succeeded + o.failed >= b.processed THEN now() ELSE b.finished_at END
+FROM outcomes o
+WHERE b.id = ANY (ARRAY(SELECT id FROM open)) AND b.id = o.id AND (b.succeeded <> o.succeeded OR b.failed <> o.failed
+    OR (b.state = 'running' AND b.enqueued_all_at IS NOT NULL AND o.succeeded + o.failed >= b.processed))
+RETURNING b.id, b.state`
 
 // openStatesSQL counts the batches waiting or running, through
 // batch_operations_open_idx; batchStatesSQL counts them all, reading every
@@ -415,18 +437,21 @@ const (
 	batchStatesSQL = `SELECT state, count(*) FROM batch_operations GROUP BY state`
 )
 
-// TrackOutcomes completes the running batches whose retries all have an
-// outcome, and refreshes the batch gauges: those of pending and running
-// batches at every call, those of finished ones at most once every
-// CountEvery.
+// TrackOutcomes brings the succeeded and failed counts of open batches up
+// to date, completes those whose retries all have an outcome, and refreshes
+// the batch gauges: those of pending and running batches at every call,
+// those of finished ones at most once every CountEvery.
 func (r *Runner) TrackOutcomes(ctx context.Context) error {
 	rows, err := r.pool.Query(ctx, trackSQL)
 	if err != nil {
 		return fmt.Errorf("track batch outcomes: %w", err)
 	}
 	var id uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		r.log.Info("batch operation completed", "batch_operation_id", id.String())
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		if state == "completed" {
+			r.log.Info("batch operation completed", "batch_operation_id", id.String())
+		}
 		return nil
 	})
 	if err != nil {
@@ -441,7 +466,6 @@ func (r *Runner) TrackOutcomes(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("count batch operations: %w", err)
 	}
-	var state string
 	var n int
 	if _, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error { counts[state] = n; return nil }); err != nil {
 		return fmt.Errorf("count batch operations: %w", err)
