@@ -104,7 +104,7 @@ const slowestSecondsShown = 3
 func slowestTable(o options, ws *windows) report.Table {
 	t := report.Table{
 		Title: "Soak: the slowest seconds",
-		Notes: []string{fmt.Sprintf("In each window, the %d seconds whose events arrived more than %s after their scheduled send most often, in order (times UTC, by schedule): the moments to look for in the processes' logs (`-logs`) and Postgres's (checkpoints, the worker's analyses and passes), and in whatever else ran on the machine.",
+		Notes: []string{fmt.Sprintf("In each window, the %d seconds whose events arrived more than %s after their scheduled send most often, in order (each second's start, UTC, by schedule): the moments to look for in the processes' logs (`-logs`) and Postgres's (checkpoints, the worker's analyses and passes), and in whatever else ran on the machine.",
 			slowestSecondsShown, report.Ms(lateAfter))},
 		Header: []string{"window", "second", "received", "late", "latest"},
 	}
@@ -113,7 +113,7 @@ func slowestTable(o options, ws *windows) report.Table {
 			t.Rows = append(t.Rows, []string{windowLabel(ws, i, o), "none late", "", "", ""})
 		}
 		for _, s := range secs {
-			t.Rows = append(t.Rows, []string{windowLabel(ws, i, o), s.at.UTC().Format("15:04:05"), fmt.Sprint(s.received),
+			t.Rows = append(t.Rows, []string{windowLabel(ws, i, o), s.at.UTC().Format("15:04:05.000"), fmt.Sprint(s.received),
 				fmt.Sprint(s.late), report.Ms(s.worst)})
 		}
 	}

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -195,7 +196,8 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 
 // sweepLost hands the lost deliveries, up to lostPerSweep, back to the
 // outbox relay, one log line each: one statement finds the webhooks that
-// can have any, then one per webhook, each its own transaction.
+// can have any, then one per webhook, each its own transaction. It
+// returns the errors of the webhooks that failed, after trying the rest.
 func (s *Sweeper) sweepLost(ctx context.Context) error {
 	rows, err := s.pool.Query(ctx, lostWebhooksSQL, s.LostAge)
 	if err != nil {
@@ -210,17 +212,20 @@ func (s *Sweeper) sweepLost(ctx context.Context) error {
 		return fmt.Errorf("sweep lost deliveries: %w", err)
 	}
 	left := lostPerSweep
+	var errs []error
 	for _, h := range hooks {
-		if left == 0 {
+		if left == 0 || ctx.Err() != nil {
 			break
 		}
+		// A webhook that fails does not keep the sweep from the ones after it.
 		n, err := s.sweepLostOf(ctx, h.webhook, h.tenant, left)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		left -= n
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // sweepLostOf hands up to limit lost deliveries of webhook back to the
