@@ -208,9 +208,10 @@ func TestLostSweepReadsPastAnOldUnfinishedDelivery(t *testing.T) {
 	hook := f.seed.Webhooks[0]
 	var parked uuid.UUID
 	require.NoError(t, f.pool.QueryRow(ctx, `INSERT INTO deliveries
-    (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at, parked_at, park_reason, next_attempt_at)
+    (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at, parked_at, park_reason, next_attempt_at,
+     created_at, updated_at)
 VALUES (uuidv7_floor(now() - interval '2 days'), $1, $2, $3, 'normal', 'pending', now() - interval '2 days',
-        now() - interval '2 days', 'inactive', now() - interval '2 days')
+        now() - interval '2 days', 'inactive', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days')
 RETURNING id`, f.seed.Tenant, f.seed.Event, hook).Scan(&parked))
 	f.exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, enqueued_at)
 SELECT uuidv7_floor(now() - interval '1 day' + g * interval '1 ms'), $1, $2, $3, 'normal', 'pending', now()
