@@ -3,11 +3,13 @@ package dlq
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
@@ -175,4 +177,52 @@ SELECT uuidv7(), $1, $2, $3, 'normal', $4, id FROM exhausted`,
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT state, succeeded FROM batch_operations WHERE id = $1`, running).Scan(&state, &succeeded))
 	require.Equal(t, "completed", state)
 	require.Equal(t, retries, succeeded)
+}
+
+// The trigger that counts a batch's retries plans its statement for each
+// update's rows: PL/pgSQL keeps one plan per connection, and a plan made
+// for a first update of one row, used for an update of thousands (a
+// webhook's deletion cancelling them), must not join the two transition
+// tables row by row. auto_explain shows the trigger's plans to the test.
+func TestBatchCountsPlanNoJoinOfTheTransitionTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newDLQFixture(t)
+	batch := f.newBatch("running", 2001, true)
+	f.exec(`WITH exhausted AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, completed_at)
+    SELECT uuidv7(), $1, $2, $3, 'normal', 'exhausted', now() FROM generate_series(1, 2001)
+    RETURNING id
+)
+INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
+SELECT uuidv7(), $1, $2, $3, 'normal', $4, id FROM exhausted`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], batch)
+
+	cfg := f.pool.Config().ConnConfig.Copy()
+	var plans []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "INSERT INTO batch_outcomes") {
+			plans = append(plans, n.Message)
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, sql := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`, `SET client_min_messages = log`} {
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	_, err = conn.Exec(ctx, `UPDATE deliveries SET status = 'succeeded', completed_at = now()
+WHERE id = (SELECT id FROM deliveries WHERE batch_operation_id = $1 LIMIT 1)`, batch)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `UPDATE deliveries SET status = 'cancelled', completed_at = now()
+WHERE batch_operation_id = $1 AND status = 'pending'`, batch)
+	require.NoError(t, err)
+
+	require.Len(t, plans, 2, "the trigger's statement, once per update")
+	for _, plan := range plans {
+		require.NotContains(t, plan, "Nested Loop", plan)
+		require.Contains(t, plan, "SetOp", plan)
+	}
+	require.Equal(t, [2]int{1, 2000}, f.counts(batch))
 }
