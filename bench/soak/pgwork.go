@@ -31,6 +31,10 @@ SELECT pid,
             ELSE 'clients of other databases' END
 FROM pg_stat_activity`
 
+// pgServerSQL reads the server's checkpoints and WAL so far, whoever
+// caused them.
+const pgServerSQL = `SELECT b.checkpoints_timed, b.checkpoints_req, w.wal_bytes::bigint FROM pg_stat_bgwriter b, pg_stat_wal w`
+
 // pgStatementsSQL reads what each statement of this database took so far.
 const pgStatementsSQL = `
 SELECT s.queryid, sum(s.calls)::bigint, sum(s.total_exec_time), sum(s.shared_blks_hit + s.shared_blks_read)::bigint,
@@ -54,6 +58,25 @@ type statementUse struct {
 type pgSample struct {
 	procs      map[int]pgProc
 	statements map[int64]statementUse
+	server     pgServer
+}
+
+// pgServer is the server's checkpoints (timed, and requested: by the
+// WAL's size, or by a command such as CREATE DATABASE) and WAL bytes
+// written, counted since the statistics were reset.
+type pgServer struct {
+	timed, requested, walBytes int64
+}
+
+// serverBetween returns the checkpoints between a and b, timed and
+// requested, and the WAL bytes written per delivery of the n that arrived
+// meanwhile (0 for none).
+func serverBetween(a, b pgSample, n int64) (timed, requested int64, walPerDelivery float64) {
+	timed, requested = b.server.timed-a.server.timed, b.server.requested-a.server.requested
+	if n > 0 {
+		walPerDelivery = float64(b.server.walBytes-a.server.walBytes) / float64(n)
+	}
+	return timed, requested, walPerDelivery
 }
 
 type pgProc struct {
@@ -127,6 +150,9 @@ func (r *pgReader) sample(ctx context.Context) (pgSample, error) {
 		return nil
 	}); err != nil {
 		return s, fmt.Errorf("read pg_stat_activity: %w", err)
+	}
+	if err := conn.QueryRow(ctx, pgServerSQL).Scan(&s.server.timed, &s.server.requested, &s.server.walBytes); err != nil {
+		return s, fmt.Errorf("read pg_stat_bgwriter and pg_stat_wal: %w", err)
 	}
 	if !r.statements {
 		return s, nil

@@ -62,3 +62,12 @@ func TestStatementText(t *testing.T) {
 	require.Equal(t, `SELECT a \|\| b FROM t`, statementText("SELECT a ||\n   b\tFROM t", 90))
 	require.Equal(t, "SELECT...", statementText("SELECT x FROM t", 6))
 }
+
+func TestServerBetweenCountsTheWindowsCheckpointsAndWALPerDelivery(t *testing.T) {
+	a := pgSample{server: pgServer{timed: 3, requested: 10, walBytes: 1000}}
+	b := pgSample{server: pgServer{timed: 4, requested: 13, walBytes: 9000}}
+	timed, requested, wal := serverBetween(a, b, 4)
+	require.Equal(t, []any{int64(1), int64(3), 2000.0}, []any{timed, requested, wal})
+	_, _, wal = serverBetween(a, b, 0)
+	require.Zero(t, wal, "no delivery, no figure")
+}

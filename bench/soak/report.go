@@ -165,14 +165,17 @@ func pgPartsTable(o options, ws *windows, samples []pgSample, uses []cpuUse) rep
 	t := report.Table{
 		Title: "Soak: Postgres CPU per delivery by process",
 		Notes: []string{"Each Postgres process's CPU time from /proc over each window, divided by the deliveries that arrived in it, by what pg_stat_activity says the process is: a client of the run's database by its application_name (each hookline process names its connections), a background process by its type. " +
-			pgUnattributed + ": the postgres column of the CPU table less the processes read at both ends of the window (or started within it)."},
-		Header: append([]string{"window", "postgres"}, columns...),
+			pgUnattributed + ": the postgres column of the CPU table less the processes read at both ends of the window (or started within it). " +
+			"The last columns are the server's, whoever caused them (pg_stat_bgwriter, pg_stat_wal): its checkpoints in the window, timed (checkpoint_timeout) and requested (the WAL's size reaching max_wal_size, or a command such as CREATE DATABASE), and the WAL it wrote per delivery."},
+		Header: append(append([]string{"window", "postgres"}, columns...), "checkpoints timed / requested", "WAL per delivery"),
 	}
 	for i, u := range uses {
 		row := []string{windowLabel(ws, i, o), fmt.Sprintf("%.0f us", u.perDelivery("postgres"))}
 		for _, name := range columns {
 			row = append(row, fmt.Sprintf("%.0f us", perDelivery(parts[i][name], u.deliveries)))
 		}
+		timed, requested, wal := serverBetween(samples[i], samples[i+1], u.deliveries)
+		row = append(row, fmt.Sprintf("%d / %d", timed, requested), fmt.Sprintf("%.0f B", wal))
 		t.Rows = append(t.Rows, row)
 	}
 	return t
