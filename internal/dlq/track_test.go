@@ -28,16 +28,24 @@ VALUES (uuidv7(), $1, '{}', 10, 'normal', $2, $3, now(), CASE WHEN $4 THEN now()
 	return id
 }
 
-// retries stores n pending retries batch made of new exhausted deliveries.
+// retries stores n pending retries batch made of new exhausted
+// deliveries, in one statement, and returns their ids in id order.
 func (f *dlqFixture) retries(batch uuid.UUID, n int) []uuid.UUID {
 	f.t.Helper()
-	ids := make([]uuid.UUID, n)
-	for i := range ids {
-		require.NoError(f.t, f.pool.QueryRow(context.Background(), `INSERT INTO deliveries
-    (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
-VALUES (uuidv7(), $1, $2, $3, 'normal', $4, $5) RETURNING id`,
-			f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], batch, f.exhausted(time.Hour)).Scan(&ids[i]))
-	}
+	rows, err := f.pool.Query(context.Background(), `WITH exhausted AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, attempt_count, completed_at)
+    SELECT uuidv7(), $1, $2, $3, 'normal', 'exhausted', 5, now() - interval '1 hour' FROM generate_series(1, $5)
+    RETURNING id
+), retries AS (
+    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
+    SELECT uuidv7(), $1, $2, $3, 'normal', $4, id FROM exhausted
+    RETURNING id
+)
+SELECT id FROM retries ORDER BY id`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], batch, n)
+	require.NoError(f.t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(f.t, err)
+	require.Len(f.t, ids, n)
 	return ids
 }
 
@@ -157,14 +165,7 @@ SELECT uuidv7(), $1, '{"event_types": ["order.created"]}', 100, 'normal',
 FROM generate_series(1, 5500) g`, f.seed.Tenant)
 	const retries = 20000
 	running := f.newBatch("running", retries, true)
-	f.exec(`WITH exhausted AS (
-    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, completed_at)
-    SELECT uuidv7(), $1, $2, $3, 'normal', 'exhausted', now() FROM generate_series(1, $5)
-    RETURNING id
-)
-INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
-SELECT uuidv7(), $1, $2, $3, 'normal', $4, id FROM exhausted`,
-		f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], running, retries)
+	f.retries(running, retries)
 	f.exec(`UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE batch_operation_id = $1`, running)
 	f.exec(`ANALYZE batch_operations`)
 	f.exec(`ANALYZE deliveries`)
@@ -189,13 +190,7 @@ func TestBatchCountsPlanNoJoinOfTheTransitionTables(t *testing.T) {
 	ctx := context.Background()
 	f := newDLQFixture(t)
 	batch := f.newBatch("running", 2001, true)
-	f.exec(`WITH exhausted AS (
-    INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, completed_at)
-    SELECT uuidv7(), $1, $2, $3, 'normal', 'exhausted', now() FROM generate_series(1, 2001)
-    RETURNING id
-)
-INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, retry_of)
-SELECT uuidv7(), $1, $2, $3, 'normal', $4, id FROM exhausted`, f.seed.Tenant, f.seed.Event, f.seed.Webhooks[0], batch)
+	f.retries(batch, 2001)
 
 	cfg := f.pool.Config().ConnConfig.Copy()
 	var plans []string
