@@ -20,10 +20,7 @@ func TestBatchOutcomesMigrationRecountsTheOpenBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, exec := atVersion(t, 28)
-	tenant, hook := uuid.New(), uuid.New()
-	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
-	exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-		VALUES ($2, $1, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, tenant, hook)
+	tenant, hook := tenantWithWebhook(exec)
 	batch := func(state string, succeeded int) uuid.UUID {
 		t.Helper()
 		id := uuid.New()

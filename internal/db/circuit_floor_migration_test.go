@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/breaker"
@@ -20,10 +19,7 @@ func TestCircuitFloorMigrationIndexesEveryParkedDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, exec := atVersion(t, 19)
-	tenant, hook := uuid.New(), uuid.New()
-	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
-	exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-		VALUES ($2, $1, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, tenant, hook)
+	tenant, hook := tenantWithWebhook(exec)
 	// Deliveries of n hours ago parked behind the circuit: the three
 	// oldest still unfinished, the rest finished since.
 	exec(`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, status, parked_at, park_reason, next_attempt_at)

@@ -21,11 +21,7 @@ func TestEventLogMigrationKeepsTheEventsAndTheRecentKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, exec := atVersion(t, 15)
-	tenant := uuid.Must(uuid.NewV7())
-	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-		VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
-	exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-		VALUES (uuidv7(), $1, 'http://example.com', '{*}', 's', '{}', '{}', '{}')`, tenant)
+	tenant, _ := tenantWithWebhook(exec)
 	// 40 events of 30 days ago (keys o1-o40), 10 of an hour ago (r1-r10),
 	// each with a UUIDv7 of its time and a delivery; one event whose id is
 	// no UUIDv7 of any time yet; a replay of an old event.

@@ -84,3 +84,13 @@ func atVersion(t *testing.T, v uint) (*pgxpool.Pool, func(sql string, args ...an
 		require.NoError(t, err)
 	}
 }
+
+// tenantWithWebhook stores a tenant and one webhook of it, subscribed to
+// every event type, through exec (atVersion's), and returns their ids.
+func tenantWithWebhook(exec func(sql string, args ...any)) (tenant, hook uuid.UUID) {
+	tenant, hook = uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst) VALUES ($1, 't', 1, 1, 1, 1)`, tenant)
+	exec(`INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+		VALUES ($2, $1, 'http://example.com/', '{*}', 's', '{}', '{}', '{}')`, tenant, hook)
+	return tenant, hook
+}
