@@ -132,6 +132,9 @@ var everyRole = []roleCase{
 	{`DELETE FROM audit_log`, false},
 	// Console signing keys are retired by the owner only.
 	{`DELETE FROM console_signing_keys`, false},
+	// Nothing outside the schema's tables is analyzed as its owner.
+	{`SELECT analyze_table('pg_catalog.pg_authid')`, false},
+	{`SELECT analyze_table('deliveries_pkey')`, false},
 }
 
 // The worker loads deliveries, records attempts, moves deliveries, persists
@@ -160,6 +163,10 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT * FROM delivery_attempts_retained`, false},
 		{`SELECT * FROM batch_operations`, false},
 		{`SELECT drop_attempt_partition('{old_partition}')`, false},
+		// The analyzer (db.AnalyzeStale) analyzes the schema's tables as
+		// their owner.
+		{`SELECT analyze_table('deliveries')`, true},
+		{`SELECT analyze_table('events')`, true},
 
 		// The job load query, as internal/delivery runs it.
 		{`SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
@@ -215,6 +222,7 @@ func TestAPIRoleGrants(t *testing.T) {
 	pool := dbtest.New(t)
 	f := newRoleFixture(t, pool)
 	checkRole(t, pool, "hookline_api", f, append([]roleCase{
+		{`SELECT analyze_table('deliveries')`, false},
 		{`DELETE FROM deliveries`, false},
 		{`DELETE FROM events`, false},
 		{`DELETE FROM circuit_breaker_states`, false},
@@ -278,6 +286,7 @@ func TestDLQRoleGrants(t *testing.T) {
 	pool := dbtest.New(t)
 	f := newRoleFixture(t, pool)
 	checkRole(t, pool, "hookline_dlq", f, append([]roleCase{
+		{`SELECT analyze_table('deliveries')`, false},
 		{`SELECT secret FROM webhooks`, false},
 		{`SELECT * FROM webhooks`, false},
 		{`SELECT * FROM webhook_last_attempts`, false},

@@ -1,0 +1,1 @@
+DROP FUNCTION analyze_table(regclass);
