@@ -3,11 +3,13 @@ package db_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db"
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // A database with batches under way migrates with the counters of each
@@ -61,4 +63,46 @@ FROM batch_outcomes WHERE batch_operation_id = $1`, id).Scan(&c[0], &c[1]))
 	require.Zero(t, left)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'batch_outcomes'`).Scan(&left))
 	require.Zero(t, left)
+}
+
+// Migration 29 locks batch_operations and then deliveries, the order in
+// which a batch's chunk takes them (its heartbeat, then its retries), so
+// that a chunk under way when it starts finishes before it instead of
+// deadlocking with it: the chunk holds the batch row and waits for
+// deliveries, which the migration must not hold while it waits for the
+// batch operations.
+func TestBatchOutcomesMigrationWaitsForAChunkUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, exec := atVersion(t, 28)
+	tenant, hook := tenantWithWebhook(exec)
+	batch := uuid.New()
+	exec(`INSERT INTO batch_operations (id, tenant_id, filter, requests_per_second, priority, state)
+VALUES ($1, $2, '{}', 10, 'normal', 'running')`, batch, tenant)
+
+	chunk, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer chunk.Rollback(ctx) //nolint:errcheck // no-op after commit
+	_, err = chunk.Exec(ctx, `UPDATE batch_operations SET heartbeat_at = now() WHERE id = $1`, batch)
+	require.NoError(t, err)
+
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := db.Migrate(ctx, pool)
+		migrated <- err
+	}()
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND relation = 'batch_operations'::regclass)`).Scan(&waiting)
+		return err == nil && waiting
+	}, "the migration waits for the chunk's lock on batch_operations")
+
+	_, err = chunk.Exec(ctx, `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id)
+VALUES (uuidv7(), $1, gen_random_uuid(), $2, 'normal', $3)`, tenant, hook, batch)
+	require.NoError(t, err, "the chunk's retries are written while the migration waits")
+	require.NoError(t, chunk.Commit(ctx))
+	require.NoError(t, <-migrated)
+	var retries int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE batch_operation_id = $1`, batch).Scan(&retries))
+	require.Equal(t, 1, retries)
 }
