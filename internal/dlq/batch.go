@@ -245,13 +245,21 @@ LIMIT @limit`
 // pageMode runs a page's statement planned with its values (see chunkSQL).
 const pageMode = pgx.QueryExecModeDescribeExec
 
-// insertBatchRetriesSQL creates the retries of a page, each with the order
-// key its webhook's ordering gives it now (the rule publishing uses), so
-// that a retried delivery of an ordered webhook keeps its place.
+// lockEntriesSQL locks the entries a page retries, in id order (so that
+// two chunks never wait for each other in a circle), before
+// insertBatchRetriesSQL looks for their unfinished retries (see
+// insertRetrySQL).
+const lockEntriesSQL = `SELECT id FROM deliveries WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+
+// insertBatchRetriesSQL creates the retries of a page, but for entries
+// given one meanwhile that is still unfinished, each with the order key
+// its webhook's ordering gives it now (the rule publishing uses), so that
+// a retried delivery of an ordered webhook keeps its place.
 var insertBatchRetriesSQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, batch_operation_id, created_at, order_key)
 SELECT uuidv7(), $1, t.event_id, t.webhook_id, $2, t.retry_of, $3, $4, ` + webhook.OrderKeySQL("w", "e.event_type") + `
 FROM unnest($5::uuid[], $6::uuid[], $7::uuid[]) AS t(event_id, webhook_id, retry_of)
 JOIN webhooks w ON w.id = t.webhook_id JOIN events e ON e.id = t.event_id
+WHERE NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = t.retry_of AND r.status IN ('pending', 'retrying'))
 ON CONFLICT DO NOTHING
 RETURNING id, event_id, webhook_id, retry_of, coalesce(order_key, '')`
 
@@ -353,6 +361,9 @@ func (r *Runner) chunk(ctx context.Context, c *claim, limit int) (int, bool, err
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var tasks []wire.Task
 	if len(origs) > 0 {
+		if _, err := tx.Exec(ctx, lockEntriesSQL, origs); err != nil {
+			return 0, false, fmt.Errorf("lock entries: %w", err)
+		}
 		rows, err := tx.Query(ctx, insertBatchRetriesSQL, c.tenantID, c.priority, c.id, now, events, hooks, origs)
 		if err != nil {
 			return 0, false, fmt.Errorf("create retries: %w", err)

@@ -93,10 +93,16 @@ func (r *Runner) endFailed(ctx context.Context, tx pgx.Tx, c *claim) (int, bool,
 	return 0, true, nil
 }
 
+// lockMissedSQL is held by a chunk that gives missed events of webhook $1
+// their deliveries, until it commits: two recoveries of one webhook take
+// turns, and insertMissedSQL, a statement after the lock, sees what the
+// one before committed. No unique index is needed, so none spans the
+// history.
+const lockMissedSQL = `SELECT pg_advisory_xact_lock(hashtext('hookline.recover_missed'), hashtext($1::text))`
+
 // insertMissedSQL gives each missed event one delivery to the webhook,
 // unless it has one: one made meanwhile (the webhook's own, or another
-// recovery's, which deliveries_one_recovery_idx turns away even while
-// uncommitted).
+// recovery's, committed before this chunk took lockMissedSQL).
 var insertMissedSQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, batch_operation_id, created_at, order_key)
 SELECT uuidv7(), $1, e.id, w.id, $2, $3, $4, ` + webhook.OrderKeySQL("w", "e.event_type") + `
 FROM unnest($5::uuid[]) AS t(event_id) JOIN events e ON e.id = t.event_id JOIN webhooks w ON w.id = $6
@@ -185,6 +191,9 @@ func (r *Runner) insertMissed(ctx context.Context, tx pgx.Tx, c *claim, ids []uu
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	hook := c.recovery.WebhookID
+	if _, err := tx.Exec(ctx, lockMissedSQL, hook); err != nil {
+		return nil, fmt.Errorf("deliver missed events: %w", err)
+	}
 	rows, err := tx.Query(ctx, insertMissedSQL, c.tenantID, c.priority, c.id, now, ids, hook)
 	if err != nil {
 		return nil, fmt.Errorf("deliver missed events: %w", err)

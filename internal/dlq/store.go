@@ -93,11 +93,18 @@ FROM deliveries d JOIN events e ON e.id = d.event_id JOIN webhooks w ON w.id = d
 WHERE d.id = $1 AND d.tenant_id = $2 AND d.webhook_id = $3
 FOR UPDATE OF d`
 
-// insertRetrySQL stores a retry. Its id is taken by uuidv7() from
-// Postgres's clock, as every delivery's is, which the unfinished floors and
-// the sweeps rely on (package unfinished).
+// insertRetrySQL stores a retry, unless the entry has one unfinished. Its
+// id is taken by uuidv7() from Postgres's clock, as every delivery's is,
+// which the unfinished floors and the sweeps rely on (package unfinished).
+//
+// An entry has at most one unfinished retry: whoever creates one (this,
+// and a batch chunk) first locks the entry's row (retryTargetSQL,
+// lockEntriesSQL), and looks for a retry in a statement after the lock,
+// whose snapshot holds any retry committed by whoever held it before. No
+// unique index is needed, so none spans the history.
 const insertRetrySQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority, retry_of, order_key)
-VALUES (uuidv7(), $1, $2, $3, $4, $5, $6)
+SELECT uuidv7(), $1, $2, $3, $4, $5, $6
+WHERE NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = $5 AND r.status IN ('pending', 'retrying'))
 RETURNING id, created_at`
 
 // RetryOptions adjust a retry.
@@ -201,11 +208,12 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	}
 	var id uuid.UUID
 	var now time.Time
-	if err := tx.QueryRow(ctx, insertRetrySQL, tenantID, t.eventID, webhookID, priority, deliveryID, t.orderKey).Scan(&id, &now); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
-			return uuid.Nil, ErrRetryInFlight
-		}
+	err = tx.QueryRow(ctx, insertRetrySQL, tenantID, t.eventID, webhookID, priority, deliveryID, t.orderKey).Scan(&id, &now)
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+		return uuid.Nil, ErrRetryInFlight
+	}
+	if err != nil {
 		return uuid.Nil, fmt.Errorf("retry delivery: %w", err)
 	}
 	if t.orderKey != nil {

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
+	"github.com/hookline/hookline/internal/history"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -158,4 +160,82 @@ func TestRetryOfAnOrderedDeliveryMovesItsKeysFloorDown(t *testing.T) {
 	var floor [2]uuid.UUID
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT event_id, id FROM order_floors WHERE order_key = $1`, key).Scan(&floor[0], &floor[1]))
 	require.Equal(t, [2]uuid.UUID{f.event, retry}, floor)
+}
+
+// Retries of the same entries asked for at once give each one unfinished
+// retry: by two batches of 300 entries, and with retries of one of them one
+// at a time beside them, also
+// without a unique index on deliveries (none may span a partitioned
+// history): each takes the entry's row first (retryTargetSQL,
+// lockEntriesSQL) and looks for a retry in a statement after.
+func TestConcurrentRetriesGiveAnEntryOneRetry(t *testing.T) {
+	t.Parallel()
+	for _, index := range []bool{true, false} {
+		for _, singles := range []int{0, 6} {
+			t.Run(fmt.Sprintf("unique index %v, %d single retries", index, singles), func(t *testing.T) {
+				t.Parallel()
+				concurrentRetries(t, index, singles)
+			})
+		}
+	}
+}
+
+func concurrentRetries(t *testing.T, index bool, singles int) {
+	ctx := context.Background()
+	f := newRetryFixture(t, webhook.OrderingNone)
+	if !index {
+		_, err := f.pool.Exec(ctx, `DROP INDEX deliveries_one_retry_idx`)
+		require.NoError(t, err)
+	}
+	const entries = 300
+	_, err := f.pool.Exec(ctx, `WITH e AS (
+    INSERT INTO events (id, tenant_id, event_type, idempotency_key, request_hash, priority, data)
+    SELECT uuidv7(), $1, 'order.created', 'k' || g, '\x00', 'normal', '{}' FROM generate_series(2, $3) g
+    RETURNING id
+)
+INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, status, priority, attempt_count, completed_at)
+SELECT uuidv7(), $1, e.id, $2, 'exhausted', 'normal', 5, now() FROM e`, f.tenant, f.hook, entries)
+	require.NoError(t, err)
+	s := NewStore(f.pool, &taskRecorder{})
+	req := BatchRequest{Filter: history.DeadLetterFilter{WebhookIDs: []uuid.UUID{f.hook}}}
+	req.RateLimit.RequestsPerSecond = maxBatchRate
+	for range 2 {
+		_, err := s.CreateBatch(ctx, f.tenant, req)
+		require.NoError(t, err)
+	}
+	r := newClaimRunner(f.pool, 2)
+	r.dispatch = &taskRecorder{}
+	batches := []claim{mustClaim(t, r), mustClaim(t, r)}
+
+	start := make(chan struct{})
+	errs := make(chan error, singles)
+	var wg sync.WaitGroup
+	for range singles {
+		wg.Go(func() {
+			<-start
+			_, err := s.Retry(ctx, f.tenant, f.hook, f.delivery, "")
+			errs <- err
+		})
+	}
+	for _, c := range batches {
+		wg.Go(func() {
+			<-start
+			r.run(ctx, c)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, ErrRetryInFlight)
+		}
+	}
+	var retries, retried, processed int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT retry_of) FROM deliveries WHERE retry_of IS NOT NULL`).
+		Scan(&retries, &retried))
+	require.Equal(t, entries, retried, "every entry retried")
+	require.Equal(t, entries, retries, "one retry of each entry, unfinished")
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT coalesce(sum(processed), 0) FROM batch_operations`).Scan(&processed))
+	require.LessOrEqual(t, processed, entries, "a batch that found a retry made counts it skipped")
 }
