@@ -33,12 +33,14 @@ const keptSQL = `(d.status IN ('pending', 'retrying') OR (d.status = 'exhausted'
 const doneSQL = `(d.status IN ('succeeded', 'cancelled') OR (d.status = 'exhausted' AND ` + resolvedSQL + `))`
 
 // goneCTEs delete the old deliveries that are done with among page (ids),
-// and name them gone. A retry goes with or after the delivery it retried:
-// its retry_of becomes NULL when that delivery is deleted (ON DELETE SET
-// NULL), and resolvedSQL follows retry_of, so deleting a retry first would
-// cut an older exhausted delivery off the retry that resolved it and keep
-// it for good. So a delivery goes when it retries nothing (any more), or
-// when the delivery it retries goes in the same statement.
+// with their retained attempts, and name them gone. A retry goes with or
+// after the delivery it retried: its retry_of becomes NULL when that
+// delivery is deleted (unlinked), and resolvedSQL follows retry_of, so
+// deleting a retry first would cut an older exhausted delivery off the
+// retry that resolved it and keep it for good. So a delivery goes when it
+// retries nothing (any more), or when the delivery it retries goes in the
+// same statement. No foreign key names deliveries (so that a week of them
+// can go whole): the statement does what ON DELETE would.
 const goneCTEs = `done AS MATERIALIZED (
     SELECT d.id, d.retry_of FROM deliveries d JOIN page p ON d.id = p.id
     WHERE d.created_at < $4 AND ` + doneSQL + `
@@ -49,6 +51,11 @@ const goneCTEs = `done AS MATERIALIZED (
 ), gone AS (
     DELETE FROM deliveries d USING deletable x WHERE d.id = x.id
     RETURNING d.id
+), unlinked AS (
+    UPDATE deliveries r SET retry_of = NULL FROM gone g
+    WHERE r.retry_of = g.id AND NOT EXISTS (SELECT 1 FROM deletable x WHERE x.id = r.id)
+), gone_attempts AS (
+    DELETE FROM delivery_attempts_retained a USING gone g WHERE a.delivery_id = g.id
 )`
 
 // pruneDeliveriesSQL deletes old deliveries that are done with, and lists
