@@ -68,7 +68,7 @@ SELECT id FROM d ORDER BY id DESC LIMIT 1`, seed.Tenant, seed.Webhooks[0], n).Sc
 	}
 	byKey := func(plan string) {
 		t.Helper()
-		require.Contains(t, plan, "Index Cond: (id = ANY ($1))", plan)
+		require.Contains(t, plan, "Index Cond: ((id = ANY ($1))", plan)
 		require.NotContains(t, plan, "Rows Removed by", plan)
 	}
 	byKey(load(insert(2000)))

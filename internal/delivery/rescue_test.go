@@ -56,7 +56,9 @@ VALUES ($1, $2, $3, $4, 'normal', $5, now() - $6::interval, 'order')`, d.id, see
 		plan = append(plan, line)
 	}
 	require.NoError(t, rows.Err())
-	require.Contains(t, strings.Join(plan, "\n"), "deliveries_order_parked_idx", "the order parks' own index")
+	// A partition's index is named after the partition and the
+	// partitioned table's index (deliveries_before_order_parked_idx).
+	require.Contains(t, strings.Join(plan, "\n"), "_order_parked_idx on", "the order parks' own index")
 	require.NotRegexp(t, `Rows Removed by Filter: [0-9]{3,}`, strings.Join(plan, "\n"), "no backoff parking read")
 
 	rescueCtx, stop := context.WithCancel(ctx)

@@ -89,19 +89,23 @@ func (w *Worker) WithSecretKeys(keys *secret.Keyring) *Worker {
 	return w
 }
 
-const loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
+// loadJobsSQL reads the deliveries by their ids in a subquery of their
+// own (OFFSET 0 keeps Postgres from merging it into the join), planned
+// apart from the tables joined to them: always a primary key lookup, never
+// a walk of a webhook's deliveries between the ids' bounds that a generic
+// plan made on young statistics would find cheaper (see wire.IDsIn).
+var loadJobsSQL = `SELECT d.id, d.status, d.attempt_count, d.created_at, d.next_attempt_at,
     e.event_type, e.source, e.idempotency_key, e.data, e.created_at, e.correlation_id,
     w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, w.retry_config, w.headers,
     w.active, w.deleted_at IS NOT NULL, w.circuit_breaker_config, w.rate_limit,
     t.rate_limit_rpm, t.rate_limit_burst,
     c.state, c.updated_at, c.forced_state, c.forced_until, coalesce(d.order_key, ''), d.event_id, d.webhook_id,
     coalesce(w.verification->>'state', ''), coalesce(e.traceparent, ''), coalesce(e.tracestate, ''), w.trace_propagation
-FROM deliveries d
+FROM (SELECT * FROM deliveries WHERE ` + wire.IDsIn("id", "$1") + ` OFFSET 0) d
 JOIN events e ON e.id = d.event_id
 JOIN webhooks w ON w.id = d.webhook_id
 JOIN tenants t ON t.id = d.tenant_id
-LEFT JOIN circuit_breaker_states c ON c.webhook_id = d.webhook_id
-WHERE d.id = ANY($1)`
+LEFT JOIN circuit_breaker_states c ON c.webhook_id = d.webhook_id`
 
 // The worker's statements are prepared once per connection and usually run
 // from a generic plan, made from the statistics of the moment: made while
@@ -257,7 +261,7 @@ var recordSQL = `WITH input AS (
         parked_at = CASE WHEN i.park THEN now() WHEN d.park_reason = 'order' THEN d.parked_at END,
         park_reason = CASE WHEN i.park THEN 'backoff' WHEN d.park_reason = 'order' THEN d.park_reason END
     FROM input i
-    WHERE d.id = ANY($1) AND d.id = i.delivery_id AND d.attempt_count = i.n - 1
+    WHERE ` + wire.IDsIn("d.id", "$1") + ` AND d.id = i.delivery_id AND d.attempt_count = i.n - 1
       AND ` + wire.UnfinishedByKey("d.status") + `
     RETURNING d.id
 ), ` + failingSinceCTEs + `

@@ -70,14 +70,14 @@ const HeaderReservedAt = "x-reserved-at"
 // waker publishes the delivery at its time. A waker's claim holds the row
 // until its transaction ends, and the update then looks again, so a
 // woken delivery can be parked anew. Rows are
-// found by id = ANY($1), a primary key lookup in any plan made from
+// found by their ids (wire.IDsIn), a primary key lookup in any plan made from
 // current statistics (see db.RunAnalyzer), and they are written
 // in id order, as the worker's attempt records are, so that the two never
 // deadlock.
 var parkSQL = `UPDATE deliveries d SET parked_at = now(), park_reason = i.reason, next_attempt_at = i.until,
     enqueued_at = NULL, postponed_count = d.postponed_count + 1, updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[]) AS i(id, reason, until, attempts)
-WHERE d.id = ANY($1) AND d.id = i.id AND d.attempt_count = i.attempts
+WHERE ` + wire.IDsIn("d.id", "$1") + ` AND d.id = i.id AND d.attempt_count = i.attempts
   AND ` + wire.UnfinishedByKey("d.status") + `
   AND d.parked_at IS NULL
 RETURNING d.id`

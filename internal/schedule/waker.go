@@ -107,13 +107,13 @@ WHERE parked_at IS NOT NULL AND park_reason <> 'order' AND status IN ('pending',
 )
 
 // wokenSQL unparks the published deliveries; their messages are confirmed.
-const wokenSQL = `UPDATE deliveries SET parked_at = NULL, park_reason = NULL, enqueued_at = now(), updated_at = now()
-WHERE id = ANY($1) AND park_reason IS NOT NULL AND park_reason <> 'order'`
+var wokenSQL = `UPDATE deliveries SET parked_at = NULL, park_reason = NULL, enqueued_at = now(), updated_at = now()
+WHERE ` + wire.IDsIn("id", "$1") + ` AND park_reason IS NOT NULL AND park_reason <> 'order'`
 
 // heldSQL keeps deliveries parked behind a half-open circuit for another
 // sleep window ($2 ms), beyond that window's probes.
-const heldSQL = `UPDATE deliveries SET next_attempt_at = now() + make_interval(secs => $2::bigint / 1000.0), updated_at = now()
-WHERE id = ANY($1) AND park_reason = 'circuit_open'`
+var heldSQL = `UPDATE deliveries SET next_attempt_at = now() + make_interval(secs => $2::bigint / 1000.0), updated_at = now()
+WHERE ` + wire.IDsIn("id", "$1") + ` AND park_reason = 'circuit_open'`
 
 // parked is one claimed row.
 type parked struct {

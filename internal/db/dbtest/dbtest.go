@@ -289,7 +289,11 @@ func Plans(t testing.TB, pool *pgxpool.Pool, sql string, args ...string) (plans 
 		if err := json.Unmarshal([]byte(text), &plan); err != nil || len(plan) != 1 {
 			t.Fatalf("plans: %d plans, %v", len(plan), err)
 		}
-		plans = append(plans, mode+":\n"+strings.Join(plan[0].Plan.nodes(nil), "\n"))
+		roots, err := indexRoots(ctx, pool, plan[0].Plan.indexes(nil))
+		if err != nil {
+			t.Fatalf("plans: %v", err)
+		}
+		plans = append(plans, mode+":\n"+strings.Join(plan[0].Plan.nodes(nil, roots), "\n"))
 		pages = append(pages, plan[0].Plan.Hit+plan[0].Plan.Read)
 	}
 	return plans, pages
@@ -306,10 +310,14 @@ type planNode struct {
 }
 
 // nodes appends a line per node of the tree under n: its type, and the
-// index or the relation it reads.
-func (n planNode) nodes(out []string) []string {
+// index or the relation it reads. An index of a partition is named by the
+// partitioned table's index it is part of (roots): "Index Scan
+// deliveries_outbox_idx (deliveries_20261130_coalesce_idx)".
+func (n planNode) nodes(out []string, roots map[string]string) []string {
 	line := n.Type
 	switch {
+	case n.Index != "" && roots[n.Index] != "" && roots[n.Index] != n.Index:
+		line += " " + roots[n.Index] + " (" + n.Index + ")"
 	case n.Index != "":
 		line += " " + n.Index
 	case n.Relation != "":
@@ -317,9 +325,40 @@ func (n planNode) nodes(out []string) []string {
 	}
 	out = append(out, fmt.Sprintf("%s (%d pages)", line, n.Hit+n.Read))
 	for _, c := range n.Plans {
-		out = c.nodes(out)
+		out = c.nodes(out, roots)
 	}
 	return out
+}
+
+// indexes appends the names of the indexes the tree under n reads.
+func (n planNode) indexes(out []string) []string {
+	if n.Index != "" {
+		out = append(out, n.Index)
+	}
+	for _, c := range n.Plans {
+		out = c.indexes(out)
+	}
+	return out
+}
+
+// indexRoots maps each of the named indexes of the current schema that
+// is part of a partitioned table's index to that index.
+func indexRoots(ctx context.Context, pool *pgxpool.Pool, names []string) (map[string]string, error) {
+	rows, err := pool.Query(ctx, `SELECT c.relname, r.relname FROM pg_class c
+JOIN pg_class r ON r.oid = pg_partition_root(c.oid)
+WHERE c.relname = ANY($1) AND c.relnamespace = current_schema()::regnamespace`, names)
+	if err != nil {
+		return nil, fmt.Errorf("index roots: %w", err)
+	}
+	roots := map[string]string{}
+	for rows.Next() {
+		var name, root string
+		if err := rows.Scan(&name, &root); err != nil {
+			return nil, fmt.Errorf("index roots: %w", err)
+		}
+		roots[name] = root
+	}
+	return roots, rows.Err()
 }
 
 // ReadsIndex checks, with Plans, that sql reads index and not
