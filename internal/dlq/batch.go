@@ -249,7 +249,7 @@ const pageMode = pgx.QueryExecModeDescribeExec
 // two chunks never wait for each other in a circle), before
 // insertBatchRetriesSQL looks for their unfinished retries (see
 // insertRetrySQL).
-const lockEntriesSQL = `SELECT id FROM deliveries WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+var lockEntriesSQL = `SELECT id FROM deliveries WHERE ` + wire.IDsIn("id", "$1") + ` ORDER BY id FOR NO KEY UPDATE`
 
 // insertBatchRetriesSQL creates the retries of a page, but for entries
 // given one meanwhile that is still unfinished, each with the order key
@@ -260,7 +260,6 @@ SELECT uuidv7(), $1, t.event_id, t.webhook_id, $2, t.retry_of, $3, $4, ` + webho
 FROM unnest($5::uuid[], $6::uuid[], $7::uuid[]) AS t(event_id, webhook_id, retry_of)
 JOIN webhooks w ON w.id = t.webhook_id JOIN events e ON e.id = t.event_id
 WHERE NOT EXISTS (SELECT 1 FROM deliveries r WHERE r.retry_of = t.retry_of AND r.status IN ('pending', 'retrying'))
-ON CONFLICT DO NOTHING
 RETURNING id, event_id, webhook_id, retry_of, coalesce(order_key, '')`
 
 const checkpointSQL = `UPDATE batch_operations SET last_delivery_id = $3, processed = processed + $4,

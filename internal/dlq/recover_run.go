@@ -107,7 +107,6 @@ var insertMissedSQL = `INSERT INTO deliveries (id, tenant_id, event_id, webhook_
 SELECT uuidv7(), $1, e.id, w.id, $2, $3, $4, ` + webhook.OrderKeySQL("w", "e.event_type") + `
 FROM unnest($5::uuid[]) AS t(event_id) JOIN events e ON e.id = t.event_id JOIN webhooks w ON w.id = $6
 WHERE NOT EXISTS (SELECT 1 FROM deliveries x WHERE x.event_id = e.id AND x.webhook_id = w.id)
-ON CONFLICT DO NOTHING
 RETURNING id, event_id, coalesce(order_key, '')`
 
 const missedCheckpointSQL = `UPDATE batch_operations SET last_event_id = $3, processed = processed + $4,

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -209,8 +207,7 @@ func (s *Store) retry(ctx context.Context, tenantID, webhookID, deliveryID uuid.
 	var id uuid.UUID
 	var now time.Time
 	err = tx.QueryRow(ctx, insertRetrySQL, tenantID, t.eventID, webhookID, priority, deliveryID, t.orderKey).Scan(&id, &now)
-	var pgErr *pgconn.PgError
-	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, ErrRetryInFlight
 	}
 	if err != nil {
