@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -87,4 +88,36 @@ func TestDeliveriesByWeekMigrationKeepsEveryDelivery(t *testing.T) {
 	exec(`DELETE FROM deliveries WHERE id = $1`, before[1])
 	require.Zero(t, dlq())
 	require.Equal(t, 5, count(`SELECT count(*) FROM pg_trigger WHERE tgrelid = 'deliveries'::regclass AND NOT tgisinternal`))
+}
+
+// A week of deliveries is made when its table can be locked within a
+// second: a statement under way on deliveries does not make the
+// partitioner, and every delivery behind it, wait for it; the week is made
+// at a later call.
+func TestEnsurePartitionsLeavesALockedWeekForLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, exec := atVersion(t, 32)
+	require.NoError(t, db.EnsurePartitions(ctx, pool, 14))
+	var week string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(c.relname) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'deliveries'::regclass AND c.relname ~ '^deliveries_[0-9]{8}$'`).Scan(&week))
+	exec(`DROP TABLE ` + week)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE deliveries IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+	waiting, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, db.EnsurePartitions(waiting, pool, 14), "given up within a second, not waited for")
+	exists := func() bool {
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, week).Scan(&ok))
+		return ok
+	}
+	require.False(t, exists(), "not made while deliveries is in use")
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, db.EnsurePartitions(ctx, pool, 14))
+	require.True(t, exists(), "made at the next call")
 }

@@ -73,6 +73,11 @@ DECLARE
     idx record;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('hookline.event_partitions'));
+    -- Creating a partition locks its table whole: it waits at most a
+    -- second for the statements under way (a week is made two weeks
+    -- ahead, at the first hourly call that gets the lock), so that
+    -- deliveries never queue behind it for long.
+    PERFORM set_config('lock_timeout', '1s', true);
     FOR d IN SELECT generate_series(date_trunc('week', (today - 1)::timestamp), (today + days_ahead)::timestamp, interval '7 days')::date LOOP
         FOREACH parent IN ARRAY ARRAY['events', 'deliveries'] LOOP
             name := parent || '_' || to_char(d, 'YYYYMMDD');
@@ -94,6 +99,8 @@ BEGIN
                     -- the table was partitioned, or some of its rows went
                     -- to the default partition: they stay there.
                     NULL;
+                WHEN lock_not_available THEN
+                    NULL; -- made at a later call
                 END;
             END IF;
         END LOOP;
@@ -105,10 +112,11 @@ BEGIN
                 EXECUTE format('CREATE TABLE %I PARTITION OF event_keys FOR VALUES FROM (%L) TO (%L)', name, d, d + 1);
             EXCEPTION WHEN check_violation THEN
                 NULL; -- keys of that day went to the default partition
+            WHEN lock_not_available THEN
+                NULL; -- made at a later call
             END;
         END IF;
     END LOOP;
-    PERFORM set_config('lock_timeout', '1s', true);
     FOR name IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                 WHERE i.inhparent = 'event_keys'::regclass AND c.relname ~ '^event_keys_[0-9]{8}$'
                   AND to_date(right(c.relname, 8), 'YYYYMMDD') < today - 1 LOOP
