@@ -1,3 +1,4 @@
+REVOKE DELETE ON delivery_attempts_retained FROM hookline_dlq;
 ALTER TABLE delivery_attempts_retained ADD CONSTRAINT delivery_attempts_retained_delivery_id_fkey
     FOREIGN KEY (delivery_id) REFERENCES deliveries (id) ON DELETE CASCADE;
 ALTER TABLE deliveries ADD CONSTRAINT deliveries_retry_of_fkey
