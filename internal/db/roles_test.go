@@ -194,6 +194,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT ensure_event_partitions(14)`, true},
 		{`DELETE FROM event_keys`, false},
 		{`SELECT drop_event_partition('events_default')`, false},
+		{`SELECT drop_delivery_partition('deliveries_before')`, false},
 		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES (uuidv7(), '{tenant}', '{event}', '{webhook}', 'high')`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
 		// What counts towards disabling a failing webhook, and nothing else
@@ -257,6 +258,7 @@ func TestAPIRoleGrants(t *testing.T) {
 		{`DELETE FROM event_keys`, false},
 		{`DELETE FROM events_default`, false},
 		{`SELECT drop_event_partition('events_default')`, false},
+		{`SELECT drop_delivery_partition('deliveries_before')`, false},
 		// Pausing and enabling a webhook records its disabled periods.
 		{`UPDATE webhooks SET active = false, disabled_reason = 'manual', disabled_at = now() WHERE id = '{webhook}'`, true},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
@@ -345,6 +347,16 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT drop_event_partition('events')`, false},
 		{`SELECT drop_event_partition('webhooks')`, false},
 		{`SELECT drop_event_partition('events_before')`, true},
+		// And the weeks of deliveries (migration 33), reading the rows of
+		// the partitions that are not weeks there.
+		{`SELECT id FROM deliveries_default LIMIT 1`, true},
+		{`SELECT id FROM deliveries_before LIMIT 1`, true},
+		{`DELETE FROM deliveries_default`, false},
+		{`SELECT drop_delivery_partition('deliveries_default')`, false},
+		{`SELECT drop_delivery_partition('deliveries')`, false},
+		{`SELECT drop_delivery_partition('events_default')`, false},
+		{`SELECT drop_delivery_partition('deliveries_before')`, true},
+		{`DROP TABLE deliveries_before`, false},
 		{`DELETE FROM events_default WHERE id = '{event}'`, true},
 		{`INSERT INTO event_keys (tenant_id, idempotency_key, day, event_id)
 			VALUES ('{tenant}', 'n2', (now() AT TIME ZONE 'UTC')::date, gen_random_uuid()) ON CONFLICT DO NOTHING`, true},

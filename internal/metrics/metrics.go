@@ -182,7 +182,7 @@ var (
 	}, []string{"event_type", "outcome"})
 	RetentionPruned = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "retention_pruned_total",
-		Help: "Rows removed by the retention job, by kind (attempts, attempt_partitions, deliveries, payloads, events, portal_sessions, webhook_pauses).",
+		Help: "Rows removed by the retention job, by kind (attempts, attempt_partitions, deliveries, delivery_partitions, payloads, events, event_partitions, portal_sessions, webhook_pauses, rollups).",
 	}, []string{"kind"})
 	RetentionLastSuccess = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "retention_last_success_timestamp_seconds",

@@ -33,7 +33,7 @@ var (
 	deliveryOutcomes     = []string{"success", "failure"}
 	circuitTransitions   = []string{"opened", "half_opened", "closed", "reopened"}
 	deadLetterReasons    = []string{"exhausted", "poison", "gone", "malformed", "swept"}
-	retentionKinds       = []string{"attempts", "attempt_partitions", "deliveries", "payloads", "events", "portal_sessions", "webhook_pauses"}
+	retentionKinds       = []string{"attempts", "attempt_partitions", "deliveries", "delivery_partitions", "payloads", "events", "event_partitions", "portal_sessions", "webhook_pauses", "rollups"}
 	notificationOutcomes = []string{"created", "suppressed"}
 	filterErrorReasons   = []string{"error", "cost_limit"}
 )

@@ -12,9 +12,32 @@ import (
 	"github.com/hookline/hookline/internal/eventlog"
 )
 
-// pruneDeliveries deletes the old deliveries that are done with.
+// pruneDeliveries deletes the old deliveries that are done with from the
+// partitions of deliveries that are not weeks (the weeks go whole, see
+// dropDeliveryPartitions), and those a dropped week kept once they are.
 func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.fromFloor(ctx, "deliveries", revisitDeliveriesSQL, pruneDeliveriesSQL, c.now, c.attempts, &rep.Deliveries)
+	names, err := j.rowPartitions(ctx, "deliveries")
+	if err != nil {
+		return err
+	}
+	queries := make([]string, len(names))
+	for i, name := range names {
+		queries[i] = fmt.Sprintf(pruneDeliveriesSQL, name)
+	}
+	return j.fromFloor(ctx, "deliveries", revisitDeliveriesSQL, queries, c.now, c.attempts, &rep.Deliveries)
+}
+
+// rowPartitions lists the partitions of parent that are not weeks.
+func (j *Job) rowPartitions(ctx context.Context, parent string) ([]string, error) {
+	rows, err := j.pool.Query(ctx, rowPartitionsSQL, parent)
+	if err != nil {
+		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
+	}
+	return names, nil
 }
 
 // pruneEvents deletes the old events left without deliveries from the
@@ -22,13 +45,9 @@ func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error
 // and recoveries that could give one a delivery meanwhile
 // (eventlog.HoldSQL), a page at a time.
 func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
-	rows, err := j.pool.Query(ctx, rowPartitionsSQL)
+	names, err := j.rowPartitions(ctx, "events")
 	if err != nil {
-		return fmt.Errorf("list event partitions: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("list event partitions: %w", err)
+		return err
 	}
 	for _, name := range names {
 		if err := j.byLockedPages(ctx, eventlog.LockDropsSQL, fmt.Sprintf(pruneEventsSQL, name), c.attempts, &rep.Events); err != nil {
@@ -40,7 +59,7 @@ func (j *Job) pruneEvents(ctx context.Context, c cutoffs, rep *Report) error {
 
 // prunePayloads clears the payloads of old, fully delivered events.
 func (j *Job) prunePayloads(ctx context.Context, c cutoffs, rep *Report) error {
-	return j.fromFloor(ctx, "payloads", revisitPayloadsSQL, prunePayloadsSQL, c.now, c.payloads, &rep.Payloads)
+	return j.fromFloor(ctx, "payloads", revisitPayloadsSQL, []string{prunePayloadsSQL}, c.now, c.payloads, &rep.Payloads)
 }
 
 // pruneSessions deletes the portal sessions over for a day.
@@ -84,12 +103,13 @@ func (j *Job) untilNone(ctx context.Context, n *int64, query string, args ...any
 const revisitEvery = 24 * time.Hour
 
 // fromFloor runs a step that reads each old row once: the batch
-// statement query over the rows created before cutoff from the step's
-// floor on, which it moves to the cutoff's id once it read them all; and,
+// statements queries (one for each table the step reads) over the rows
+// created before cutoff from the step's floor on, which it moves to the
+// cutoff's id once they read them all; and,
 // once every revisitEvery (by now, the run's time), the batch statement
 // revisit over the rows the step kept (retention_kept). Rows with an id
 // below the floor were handled: removed, or kept and listed.
-func (j *Job) fromFloor(ctx context.Context, step, revisit, query string, now, cutoff time.Time, n *int64) error {
+func (j *Job) fromFloor(ctx context.Context, step, revisit string, queries []string, now, cutoff time.Time, n *int64) error {
 	bound := idBound(cutoff)
 	var floor uuid.UUID
 	var revisited *time.Time
@@ -104,8 +124,10 @@ func (j *Job) fromFloor(ctx context.Context, step, revisit, query string, now, c
 			return fmt.Errorf("record the look at kept rows: %w", err)
 		}
 	}
-	if err := j.pages(ctx, "", query, floor, bound, cutoff, n); err != nil {
-		return err
+	for _, query := range queries {
+		if err := j.pages(ctx, "", query, floor, bound, cutoff, n); err != nil {
+			return err
+		}
 	}
 	if _, err := j.pool.Exec(ctx, setFloorSQL, step, bound); err != nil {
 		return fmt.Errorf("move the floor: %w", err)

@@ -4,24 +4,23 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/hookline/hookline/internal/eventlog"
 )
 
 // dropEventPartitions drops every week of the event log entirely older
-// than the cutoff. The events that deliveries still name (in flight, or
-// exhausted and kept for the DLQ) move to the default partition first,
+// than the cutoff and than the oldest week of deliveries left (heldBack).
+// The events that deliveries still name (in flight, or exhausted and kept
+// for the DLQ) move to the default partition first,
 // where pruneEvents deletes them once their last delivery is gone. A week
 // whose lock is not obtained in time is left for the next run.
 func (j *Job) dropEventPartitions(ctx context.Context, c cutoffs, rep *Report) error {
-	rows, err := j.pool.Query(ctx, oldEventPartitionsSQL, idBound(c.attempts), upperBoundPattern)
+	cutoff, err := j.heldBack(ctx, c.attempts)
 	if err != nil {
-		return fmt.Errorf("list event partitions: %w", err)
+		return err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := j.oldWeeks(ctx, "events", idBound(cutoff))
 	if err != nil {
-		return fmt.Errorf("list event partitions: %w", err)
+		return err
 	}
 	return dropEach(ctx, j, "event partition", names, func(name string) string { return name },
 		func(name string) error { return j.dropEventPartition(ctx, name, rep) }, rep)

@@ -50,8 +50,11 @@ END $$`)
 	// The event log as a live system has it once the events from before
 	// its partitioning are gone: weeks from yesterday's on (eventWeek adds
 	// older ones), the default partition for the rest.
+	// Deliveries likewise (deliveryWeek adds older weeks).
 	f.exec(`ALTER TABLE events DETACH PARTITION events_before`)
 	f.exec(`DROP TABLE events_before`)
+	f.exec(`ALTER TABLE deliveries DETACH PARTITION deliveries_before`)
+	f.exec(`DROP TABLE deliveries_before`)
 	f.exec(`SELECT ensure_event_partitions(14)`)
 	f.exec(`INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
 		VALUES ($1, 't', 1, 1, 1, 1)`, f.tenant)
@@ -120,6 +123,18 @@ func (f *fixture) eventWeek(at time.Time) string {
 	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
 	name := "events_" + monday.Format("20060102")
 	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF events FOR VALUES FROM ('%s') TO ('%s')`,
+		name, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
+	return name
+}
+
+// deliveryWeek creates the partition of deliveries for the week (from
+// Monday, UTC) that at falls in, and returns its name.
+func (f *fixture) deliveryWeek(at time.Time) string {
+	f.t.Helper()
+	day := at.UTC().Truncate(24 * time.Hour)
+	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+	name := "deliveries_" + monday.Format("20060102")
+	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF deliveries FOR VALUES FROM ('%s') TO ('%s')`,
 		name, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
 	return name
 }

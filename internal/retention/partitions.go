@@ -25,10 +25,15 @@ type partition struct {
 }
 
 // dropPartitions drops every partition of the attempt log entirely older
-// than the cutoff, after keeping the attempts its kept deliveries need. A
-// partition whose lock is not obtained in time is left for the next run.
+// than the cutoff and than the oldest week of deliveries left (heldBack),
+// after keeping the attempts its kept deliveries need. A partition whose
+// lock is not obtained in time is left for the next run.
 func (j *Job) dropPartitions(ctx context.Context, c cutoffs, rep *Report) error {
-	rows, err := j.pool.Query(ctx, oldPartitionsSQL, c.attempts, lowerBoundPattern, upperBoundPattern)
+	cutoff, err := j.heldBack(ctx, c.attempts)
+	if err != nil {
+		return err
+	}
+	rows, err := j.pool.Query(ctx, oldPartitionsSQL, cutoff, lowerBoundPattern, upperBoundPattern)
 	if err != nil {
 		return fmt.Errorf("list attempt partitions: %w", err)
 	}

@@ -55,8 +55,14 @@ type Report struct {
 	Attempts int64
 	// AttemptPartitions is the daily partitions dropped.
 	AttemptPartitions int64
-	// Deliveries is the deliveries deleted.
+	// Deliveries is the deliveries deleted one by one: those of the
+	// partitions of deliveries that are not weeks.
 	Deliveries int64
+	// DeliveryPartitions is the weeks of deliveries dropped, and
+	// DeliveriesKept the deliveries they held that were kept (in flight,
+	// exhausted, or retries), moved to the default partition.
+	DeliveryPartitions int64
+	DeliveriesKept     int64
 	// Payloads is the event payloads cleared.
 	Payloads int64
 	// Events is the events deleted one by one: those of the default
@@ -113,8 +119,9 @@ type step struct {
 
 // Once runs the job once as if the time were now, and returns what it
 // removed. A step that fails is logged and the next ones still run; the
-// error returned joins the failures. Deliveries go before partitions (fewer
-// attempts to keep) and events after deliveries (their last delivery gone).
+// error returned joins the failures. Deliveries go before the attempt log's
+// partitions (fewer attempts to keep) and events after deliveries (their
+// last delivery gone).
 func (j *Job) Once(ctx context.Context, now time.Time) (Report, error) {
 	start := time.Now()
 	var rep Report
@@ -132,6 +139,7 @@ func (j *Job) Once(ctx context.Context, now time.Time) (Report, error) {
 	c := cutoffsAt(now, j.cfg)
 	steps := []step{
 		{"deliveries", j.pruneDeliveries},
+		{"delivery_partitions", j.dropDeliveryPartitions},
 		{"attempt_partitions", j.dropPartitions},
 		{"default_partition", j.pruneDefaultPartition},
 		{"event_partitions", j.dropEventPartitions},
@@ -161,7 +169,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 	for kind, n := range map[string]int64{
 		"attempts": rep.Attempts, "attempt_partitions": rep.AttemptPartitions,
 		"deliveries": rep.Deliveries, "payloads": rep.Payloads, "events": rep.Events,
-		"event_partitions": rep.EventPartitions, "portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses, "rollups": rep.Rollups,
+		"event_partitions": rep.EventPartitions, "delivery_partitions": rep.DeliveryPartitions, "portal_sessions": rep.PortalSessions, "webhook_pauses": rep.Pauses, "rollups": rep.Rollups,
 	} {
 		metrics.RetentionPruned.WithLabelValues(kind).Add(float64(n))
 	}
@@ -170,6 +178,7 @@ func (j *Job) record(rep Report, now time.Time, took time.Duration, err error) {
 		"deliveries", rep.Deliveries, "payloads", rep.Payloads, "events", rep.Events,
 		"attempts_retained", rep.AttemptsRetained, "partitions_skipped", rep.PartitionsSkipped,
 		"event_partitions", rep.EventPartitions, "events_kept", rep.EventsKept,
+		"delivery_partitions", rep.DeliveryPartitions, "deliveries_kept", rep.DeliveriesKept,
 		"portal_sessions", rep.PortalSessions, "webhook_pauses", rep.Pauses, "rollups", rep.Rollups,
 		"duration_ms", took.Milliseconds(),
 	}

@@ -58,14 +58,17 @@ const goneCTEs = `done AS MATERIALIZED (
     DELETE FROM delivery_attempts_retained a USING gone g WHERE a.delivery_id = g.id
 )`
 
-// pruneDeliveriesSQL deletes old deliveries that are done with, and lists
-// the page's others in retention_kept, for the runs after to look at again
-// (the step's floor passes them). Pages go in id order, so that a retry
-// comes with or after the delivery it retried. Their retained attempts go
-// with them (ON DELETE CASCADE); those still in the attempt log go with
-// their partition.
+// pruneDeliveriesSQL deletes old deliveries that are done with from a
+// partition of deliveries that is not a week (%s): the default one, which
+// holds the deliveries dropped weeks kept (see dropDeliveryPartitions), and
+// deliveries_before, the table of a release before the weeks, until it
+// goes whole. It lists the page's others in retention_kept, for the runs
+// after to look at again (the step's floor passes them). Pages go in id
+// order, so that a retry comes with or after the delivery it retried.
+// Their retained attempts go with them; those still in the attempt log go
+// with their partition.
 const pruneDeliveriesSQL = `WITH RECURSIVE page AS MATERIALIZED (
-    SELECT id FROM deliveries WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+    SELECT id FROM %[1]s WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
 ), ` + goneCTEs + `, kept AS (
     INSERT INTO retention_kept (step, id)
     SELECT 'deliveries', p.id FROM page p WHERE NOT EXISTS (SELECT 1 FROM gone g WHERE g.id = p.id)
@@ -102,10 +105,10 @@ const pruneEventsSQL = `WITH page AS MATERIALIZED (
 )
 SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM gone)`
 
-// rowPartitionsSQL lists the partitions of the event log whose events
-// retention deletes one by one: all but the weeks.
+// rowPartitionsSQL lists the partitions of $1 (events or deliveries)
+// whose rows retention deletes one by one: all but the weeks.
 const rowPartitionsSQL = `SELECT c.oid::regclass::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'events'::regclass AND c.relname !~ '^events_[0-9]{8}$'
+WHERE i.inhparent = $1::text::regclass AND c.relname !~ ('^' || $1::text || '_[0-9]{8}$')
 ORDER BY c.relname`
 
 // prunedCTE clears the payload of the old events among page (ids) that no
@@ -284,16 +287,29 @@ WHERE (r.tenant_id, r.hourly, r.at, r.webhook_id, r.event_type, r.failure_catego
     = (page.tenant_id, page.hourly, page.at, page.webhook_id, page.event_type, page.failure_category)`
 )
 
-// oldEventPartitionsSQL lists the weekly partitions of the event log whose
-// upper bound (a UUIDv7, read back from the catalog by $2) is at or below
-// $1, oldest first. The default partition has no bound and never matches.
-const oldEventPartitionsSQL = `SELECT name FROM (
+// oldWeeksSQL lists the range partitions of $3 (events or deliveries:
+// the weeks, and the table of a release before them) whose upper bound (a
+// UUIDv7, read back from the catalog by $2) is at or below $1, oldest
+// first. The default partition has no bound and never matches.
+const oldWeeksSQL = `SELECT name FROM (
     SELECT c.oid::regclass::text AS name, substring(pg_get_expr(c.relpartbound, c.oid) FROM $2)::uuid AS hi
     FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhparent = 'events'::regclass
+    WHERE i.inhparent = $3::text::regclass
 ) p
 WHERE hi <= $1
 ORDER BY hi`
+
+// oldestWeekSQL returns the lower bound (read back by $1) of the oldest
+// week of deliveries left, NULL when there is none.
+const oldestWeekSQL = `SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM $1)::uuid AS lo
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'deliveries'::regclass AND c.relname ~ '^deliveries_[0-9]{8}$'
+UNION ALL SELECT NULL
+ORDER BY lo NULLS LAST LIMIT 1`
+
+// dropDeliveryPartitionSQL drops the partition $1 (see the function in
+// migration 33) and returns how many of its deliveries it kept.
+const dropDeliveryPartitionSQL = `SELECT drop_delivery_partition($1::regclass)`
 
 // dropEventPartitionSQL drops the partition $1 (see the function in
 // migration 16) and returns how many of its events it kept.

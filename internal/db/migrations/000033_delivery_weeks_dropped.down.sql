@@ -1,0 +1,8 @@
+DROP FUNCTION drop_delivery_partition(regclass);
+REVOKE SELECT ON deliveries_default FROM hookline_dlq;
+DO $$
+BEGIN
+    IF to_regclass('deliveries_before') IS NOT NULL THEN
+        REVOKE SELECT ON deliveries_before FROM hookline_dlq;
+    END IF;
+END $$;

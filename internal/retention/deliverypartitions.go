@@ -1,0 +1,92 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// dropDeliveryPartitions drops every week of deliveries entirely older
+// than the cutoff, and deliveries_before once it is. The deliveries still
+// in flight, the exhausted ones and the retries move to the default
+// partition first, where pruneDeliveries deletes them once they are done
+// with (see the function in migration 33). A week whose lock is not
+// obtained in time is left for the next run.
+func (j *Job) dropDeliveryPartitions(ctx context.Context, c cutoffs, rep *Report) error {
+	names, err := j.oldWeeks(ctx, "deliveries", idBound(c.attempts))
+	if err != nil {
+		return err
+	}
+	return dropEach(ctx, j, "delivery partition", names, func(name string) string { return name },
+		func(name string) error { return j.dropDeliveryPartition(ctx, name, rep) }, rep)
+}
+
+// dropDeliveryPartition drops one week in one transaction, waiting at
+// most lockTimeout for the lock of deliveries, which it holds until the
+// week's kept deliveries are copied.
+func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Report) error {
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("drop delivery partition %s: %w", name, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("drop delivery partition %s: %w", name, err)
+	}
+	var kept int64
+	if err := tx.QueryRow(ctx, dropDeliveryPartitionSQL, name).Scan(&kept); err != nil {
+		return fmt.Errorf("drop delivery partition %s: %w", name, lockError(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("drop delivery partition %s: commit: %w", name, err)
+	}
+	rep.DeliveryPartitions++
+	rep.DeliveriesKept += kept
+	return nil
+}
+
+// oldWeeks lists the range partitions of parent whose upper bound is at
+// or below bound, oldest first.
+func (j *Job) oldWeeks(ctx context.Context, parent string, bound uuid.UUID) ([]string, error) {
+	rows, err := j.pool.Query(ctx, oldWeeksSQL, bound, upperBoundPattern, parent)
+	if err != nil {
+		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
+	}
+	return names, nil
+}
+
+// heldBack returns cutoff, or the start of the oldest week of deliveries
+// left when it is earlier: the attempts and the events of a week go once
+// its deliveries went, so that a week left for the next run (its lock
+// busy) keeps them too, and no drop of theirs copies the attempts or
+// moves the events of deliveries about to go.
+func (j *Job) heldBack(ctx context.Context, cutoff time.Time) (time.Time, error) {
+	var oldest *uuid.UUID
+	if err := j.pool.QueryRow(ctx, oldestWeekSQL, lowerBoundPattern).Scan(&oldest); err != nil {
+		return time.Time{}, fmt.Errorf("oldest week of deliveries: %w", err)
+	}
+	if oldest == nil {
+		return cutoff, nil
+	}
+	if t := idTime(*oldest); t.Before(cutoff) {
+		return t, nil
+	}
+	return cutoff, nil
+}
+
+// idTime returns the millisecond a UUIDv7 was made in: idBound's inverse.
+func idTime(id uuid.UUID) time.Time {
+	var ms int64
+	for _, b := range id[:6] { // 48 bits of unix milliseconds
+		ms = ms<<8 | int64(b)
+	}
+	return time.UnixMilli(ms).UTC()
+}

@@ -1,0 +1,168 @@
+package retention
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// An old week of deliveries goes whole. What is still needed moves to the
+// default partition first: the delivery in flight, the DLQ's entries and
+// the retries, with their attempts and events; the DLQ's counts stay as
+// they were. The daily look at the kept rows then deletes those a retry
+// resolved, through their delete trigger.
+func TestOnceDropsAnOldWeekOfDeliveries(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Truncate(24 * time.Hour).Add(-100*24*time.Hour + 12*time.Hour)
+	week := f.deliveryWeek(old)
+	f.eventWeek(old)
+	f.partition(old)
+
+	succeeded := f.delivery(f.event(old), old, "succeeded", nil, 2)
+	cancelled := f.delivery(f.event(old), old, "cancelled", nil, 0)
+	inFlight := f.delivery(f.event(old), old, "retrying", nil, 1)
+	dlq := f.event(old)
+	exhausted := f.delivery(dlq, old, "exhausted", nil, 1)
+	resolvedEvent := f.event(old)
+	resolved := f.delivery(resolvedEvent, old, "exhausted", nil, 1)
+	retry := f.delivery(resolvedEvent, old.Add(time.Hour), "succeeded", &resolved, 1)
+	// An attempt kept when an earlier partition went, of a delivery that
+	// went on to succeed.
+	f.exec(`INSERT INTO delivery_attempts_retained (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
+		duration_ms, scheduled_at, executed_at) VALUES ($1, $2, 9, $3, $4, 1, $2, $2)`, succeeded, old, f.tenant, f.webhook)
+	dead := func() (exhausted, retried int) {
+		t.Helper()
+		require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT sum(exhausted), sum(retried) FROM dead_letter_rollups
+			WHERE at = '-infinity'`).Scan(&exhausted, &retried))
+		return exhausted, retried
+	}
+	e, r := dead()
+	require.Equal(t, [2]int{2, 1}, [2]int{e, r})
+
+	rep, err := f.job().Once(f.ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.DeliveryPartitions)
+	require.Equal(t, int64(4), rep.DeliveriesKept)
+	require.Zero(t, rep.Deliveries, "nothing deleted one by one")
+	require.Equal(t, int64(1), rep.AttemptPartitions, "the week's attempts go once its deliveries went")
+	require.Equal(t, int64(4), rep.AttemptsRetained)
+	require.Equal(t, int64(1), rep.EventPartitions)
+	require.Equal(t, int64(3), rep.EventsKept)
+	require.False(t, f.exists(week))
+
+	require.False(t, f.deliveryExists(succeeded) || f.deliveryExists(cancelled))
+	require.Zero(t, f.count(`SELECT count(*) FROM delivery_attempts_retained WHERE delivery_id = $1`, succeeded))
+	kept := []uuid.UUID{inFlight, exhausted, resolved, retry}
+	rows, err := f.pool.Query(f.ctx, `SELECT id FROM deliveries_default`)
+	require.NoError(t, err)
+	moved, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.ElementsMatch(t, kept, moved)
+	rows, err = f.pool.Query(f.ctx, `SELECT id FROM retention_kept WHERE step = 'deliveries'`)
+	require.NoError(t, err)
+	listed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.ElementsMatch(t, kept, listed)
+	require.Equal(t, []int{1}, f.attemptNumbers(exhausted), "the DLQ entry keeps its attempt")
+	require.True(t, f.hasPayload(dlq))
+	e, r = dead()
+	require.Equal(t, [2]int{2, 1}, [2]int{e, r}, "moving the kept rows counts nothing again")
+
+	// A worker still finds the delivery in flight.
+	tag, err := f.pool.Exec(f.ctx, `UPDATE deliveries SET status = 'succeeded', completed_at = now()
+		WHERE id = $1 AND status = 'retrying'`, inFlight)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tag.RowsAffected())
+
+	// A day later, the kept rows are looked at again: the resolved entry
+	// and its retry, and the delivery that finished, go.
+	rep, err = f.job().Once(f.ctx, now.Add(25*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(3), rep.Deliveries)
+	require.True(t, f.deliveryExists(exhausted))
+	require.False(t, f.deliveryExists(resolved) || f.deliveryExists(retry) || f.deliveryExists(inFlight))
+	e, r = dead()
+	require.Equal(t, [2]int{1, 0}, [2]int{e, r})
+}
+
+// A week of deliveries whose lock is not obtained in time stays, whole,
+// for the next run, and so do the attempts and the events of its days.
+func TestOnceLeavesABusyWeekOfDeliveriesForTheNextRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Truncate(24 * time.Hour).Add(-100*24*time.Hour + 12*time.Hour)
+	week, events, attempts := f.deliveryWeek(old), f.eventWeek(old), f.partition(old)
+	done := f.delivery(f.event(old), old, "succeeded", nil, 1)
+
+	reader := f.longReader("deliveries")
+	job := f.job()
+	job.lockTimeout = 100 * time.Millisecond
+	rep, err := job.Once(f.ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.PartitionsSkipped)
+	require.Zero(t, rep.DeliveryPartitions+rep.AttemptPartitions+rep.EventPartitions)
+	require.True(t, f.exists(week) && f.exists(events) && f.exists(attempts))
+	require.True(t, f.deliveryExists(done))
+	require.Contains(t, f.logs.String(), "delivery partition left for the next run")
+
+	require.NoError(t, reader.Rollback(f.ctx))
+	rep, err = job.Once(f.ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, Report{DeliveryPartitions: 1, AttemptPartitions: 1, Attempts: 1, EventPartitions: 1}, withoutRollups(rep))
+	require.False(t, f.exists(week) || f.exists(events) || f.exists(attempts))
+	require.False(t, f.deliveryExists(done))
+}
+
+// In a database migrated from a release before the weeks, the old
+// deliveries of deliveries_before go one by one, as they did, until the
+// partition is old enough to go whole.
+func TestOnceDropsTheDeliveriesFromBeforeTheWeeksWhenOld(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Truncate(24 * time.Hour).Add(-100*24*time.Hour + 12*time.Hour)
+	day := old.Truncate(24 * time.Hour)
+	end := day.AddDate(0, 0, 7-(int(day.Weekday())+6)%7)
+	f.exec(`CREATE TABLE deliveries_before PARTITION OF deliveries FOR VALUES FROM (MINVALUE) TO ('` + idBound(end).String() + `')`)
+	done := f.delivery(f.event(old), old, "succeeded", nil, 0)
+	exhausted := f.delivery(f.event(old), old, "exhausted", nil, 0)
+
+	// While it holds deliveries younger than the cutoff, it stays.
+	rep, err := f.job().Once(f.ctx, old.Add(90*24*time.Hour+time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.Deliveries)
+	require.Zero(t, rep.DeliveryPartitions)
+	require.True(t, f.exists("deliveries_before"))
+	require.False(t, f.deliveryExists(done))
+
+	rep, err = f.job().Once(f.ctx, now)
+	require.NoError(t, err)
+	require.Zero(t, rep.Deliveries)
+	require.Equal(t, int64(1), rep.DeliveryPartitions)
+	require.Equal(t, int64(1), rep.DeliveriesKept)
+	require.False(t, f.exists("deliveries_before"))
+	require.Equal(t, 1, f.count(`SELECT count(*) FROM deliveries_default WHERE id = $1`, exhausted))
+}
+
+// withoutRollups is rep without its rollup count, which
+// TestOncePrunesOldRollups checks.
+func withoutRollups(rep Report) Report {
+	rep.Rollups = 0
+	return rep
+}
+
+// idTime reads back the millisecond idBound wrote, from 1970 on.
+func TestIDTimeIsIDBoundsInverse(t *testing.T) {
+	t.Parallel()
+	for _, at := range []time.Time{time.UnixMilli(0), time.UnixMilli(1), time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC),
+		time.UnixMilli(1<<48 - 1)} {
+		require.True(t, at.Equal(idTime(idBound(at))), at)
+		require.True(t, at.Equal(idTime(v7At(at))), at)
+	}
+}
