@@ -232,30 +232,34 @@ func (f *filler) write(ctx context.Context, batch []delivery) (int, error) {
 	return len(attempts), nil
 }
 
-// partitions makes the attempt log's daily partitions and the event log's
-// weekly ones of the days before the ones the product makes ahead
-// (ensure_attempt_partitions, ensure_event_partitions), as a deployment
-// running for that long would have them; by then, the event log's
-// partition of the events from before the weeks (events_before, empty in a
-// new database) is gone.
+// partitions makes the attempt log's daily partitions, and the weekly ones
+// of the event log and of deliveries, of the days before the ones the
+// product makes ahead (ensure_attempt_partitions, ensure_event_partitions),
+// as a deployment running for that long would have them; by then, the
+// partitions of the rows from before the weeks (events_before and
+// deliveries_before, empty in a new database) are gone.
 func (f *filler) partitions(ctx context.Context, from, to time.Time) error {
-	if _, err := f.conn.Exec(ctx, `DO $$ BEGIN
-    IF to_regclass('events_before') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM events_before) THEN
-        ALTER TABLE events DETACH PARTITION events_before;
-        DROP TABLE events_before;
+	for _, parent := range []string{"events", "deliveries"} {
+		if _, err := f.conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+    IF to_regclass('%[1]s_before') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %[1]s_before) THEN
+        ALTER TABLE %[1]s DETACH PARTITION %[1]s_before;
+        DROP TABLE %[1]s_before;
     END IF;
-END $$`); err != nil {
-		return fmt.Errorf("events_before: %w", err)
+END $$`, parent)); err != nil {
+			return fmt.Errorf("%s_before: %w", parent, err)
+		}
 	}
 	day := from.UTC().Truncate(24 * time.Hour)
 	for monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7)); !monday.After(to); monday = monday.AddDate(0, 0, 7) {
-		name := "events_" + monday.Format("20060102")
-		if _, err := f.conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+		for _, parent := range []string{"events", "deliveries"} {
+			name := parent + "_" + monday.Format("20060102")
+			if _, err := f.conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
     IF to_regclass('%[1]s') IS NULL THEN
-        CREATE TABLE %[1]s PARTITION OF events FOR VALUES FROM (uuidv7_floor('%[2]s')) TO (uuidv7_floor('%[3]s'));
+        CREATE TABLE %[1]s PARTITION OF %[4]s FOR VALUES FROM (uuidv7_floor('%[2]s')) TO (uuidv7_floor('%[3]s'));
     END IF;
-END $$`, name, monday.Format(time.RFC3339), monday.AddDate(0, 0, 7).Format(time.RFC3339))); err != nil {
-			return fmt.Errorf("partition %s: %w", name, err)
+END $$`, name, monday.Format(time.RFC3339), monday.AddDate(0, 0, 7).Format(time.RFC3339), parent)); err != nil {
+				return fmt.Errorf("partition %s: %w", name, err)
+			}
 		}
 	}
 	for d := from.Truncate(24 * time.Hour); !d.After(to); d = d.Add(24 * time.Hour) {

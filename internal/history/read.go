@@ -103,10 +103,16 @@ ORDER BY attempt_number`
 	// QueryExecModeDescribeExec in List), so that the filters not given
 	// fold away. e.tenant_id lets a rare event type be found from its
 	// events (events_tenant_type_idx) rather than by walking the
-	// webhook's deliveries until a page of it turns up.
+	// webhook's deliveries until a page of it turns up; each event's
+	// deliveries are then looked up in the weeks from its own on, not in
+	// every week: a delivery is made with or after its event (its id by
+	// Postgres's clock, after the event's transaction began), and a day's
+	// margin covers a clock set back. Without an event type, the webhook's
+	// deliveries are read in id order and the bound is not needed.
 	listDeliveriesSQL = `SELECT ` + deliveryColumns + `
 FROM deliveries d JOIN events e ON e.id = d.event_id
 WHERE d.webhook_id = $1 AND d.tenant_id = $2 AND e.tenant_id = $2 AND d.id >= $9 AND d.id < $10
+  AND ($5::text IS NULL OR d.id >= uuidv7_floor(e.created_at - interval '1 day'))
   AND ($3::uuid IS NULL OR d.id > $3)
   AND ($4::text IS NULL OR d.status = $4)
   AND ($5::text IS NULL OR e.event_type = $5)
