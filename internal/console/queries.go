@@ -71,7 +71,9 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 		// then find a rare type from the tenant's events of that type
 		// instead of walking the webhook's deliveries until a page of it
 		// turns up.
-		where = append(where, "e.event_type = @event_type", "e.tenant_id = @tenant_id")
+		// Each event's deliveries in the weeks from its own on, as there.
+		where = append(where, "e.event_type = @event_type", "e.tenant_id = @tenant_id",
+			"d.id >= uuidv7_floor(e.created_at - interval '1 day')")
 		args["event_type"] = f.EventType
 	}
 	if f.From != nil {
@@ -126,7 +128,11 @@ func (c *Console) history(ctx context.Context, tenantID, webhookID uuid.UUID, f 
 // historyPage runs one page query of history.
 func (c *Console) historyPage(ctx context.Context, tenantID, webhookID uuid.UUID, f historyFilter) ([]history.Delivery, error) {
 	sql, args := historySQL(tenantID, webhookID, f)
-	rows, err := c.db.Query(ctx, sql, args)
+	// Planned with the request's values, never as a generic plan: one
+	// blind to how rare the event type is walked a webhook's deliveries
+	// week after week for a page of it (3.7 s at p50 at 20 million, against
+	// 33 ms from the type's events).
+	rows, err := c.db.Query(ctx, sql, pgx.QueryExecModeDescribeExec, args)
 	if err != nil {
 		return nil, fmt.Errorf("delivery history: %w", err)
 	}

@@ -6,7 +6,8 @@
 -- in the caller's transaction, and returns how many of its deliveries it
 -- kept. The caller bounds the wait for the lock (lock_timeout). Under that
 -- lock, which holds every reader and writer of deliveries until the
--- transaction ends, it keeps, in the default partition:
+-- transaction ends, it keeps, in the default partition (about 50 us a
+-- row, see docs/DATA.md):
 --   - the deliveries still in flight (pending, retrying);
 --   - the exhausted ones, the DLQ's entries and their history;
 --   - the retries of exhausted ones, whatever their state.
@@ -23,6 +24,7 @@ DECLARE
     lo uuid;
     hi uuid;
     kept bigint;
+    kept_rows text;
     rollups text := current_setting('hookline.rollups', true);
 BEGIN
     SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$FROM \('([^']+)'\)$r$)::uuid,
@@ -33,14 +35,20 @@ BEGIN
     IF hi IS NULL THEN
         RAISE EXCEPTION '% is not a range partition of deliveries', part USING ERRCODE = 'insufficient_privilege';
     END IF;
+    -- Three disjoint parts, each found by its partial index.
+    kept_rows := format('SELECT * FROM %1$s WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
+        UNION ALL SELECT * FROM %1$s WHERE status = ''exhausted''
+        UNION ALL SELECT * FROM %1$s WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')', part);
+    -- Listed before the lock, which reads the rows into memory too: no
+    -- row joins them meanwhile (the others are succeeded or cancelled, for
+    -- good, and a new delivery is of a later week). One that leaves them
+    -- (a delivery in flight that succeeds) goes off the list at its look.
+    EXECUTE 'INSERT INTO retention_kept (step, id) SELECT ''deliveries'', k.id FROM (' || kept_rows || ') k
+        ON CONFLICT DO NOTHING';
     -- The partitioned table first, as every statement through it locks
     -- it: nothing deadlocks with the detach, which locks both.
     LOCK TABLE ONLY deliveries IN ACCESS EXCLUSIVE MODE;
-    -- Three disjoint parts, each found by its partial index.
-    EXECUTE format('CREATE TEMPORARY TABLE kept_deliveries ON COMMIT DROP AS
-        SELECT * FROM %1$s WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
-        UNION ALL SELECT * FROM %1$s WHERE status = ''exhausted''
-        UNION ALL SELECT * FROM %1$s WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')', part);
+    EXECUTE 'CREATE TEMPORARY TABLE kept_deliveries ON COMMIT DROP AS ' || kept_rows;
     SELECT count(*) INTO kept FROM kept_deliveries;
     DELETE FROM delivery_attempts_retained a
     WHERE a.delivery_id >= coalesce(lo, '00000000-0000-0000-0000-000000000000'::uuid) AND a.delivery_id < hi
@@ -51,7 +59,6 @@ BEGIN
     PERFORM set_config('hookline.rollups', 'process', true);
     INSERT INTO deliveries SELECT * FROM kept_deliveries;
     PERFORM set_config('hookline.rollups', coalesce(rollups, ''), true);
-    INSERT INTO retention_kept (step, id) SELECT 'deliveries', k.id FROM kept_deliveries k ON CONFLICT DO NOTHING;
     EXECUTE format('DROP TABLE %s', part);
     DROP TABLE kept_deliveries;
     RETURN kept;
