@@ -73,6 +73,16 @@ func startAPI(t testing.TB, opts ...func(*apiOptions)) *apiEnv {
 	}
 	logBuf := &testlog.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// A failed test shows what the stack logged at warning and above.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, line := range strings.Split(logBuf.String(), "\n") {
+				if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
+					t.Log(line)
+				}
+			}
+		}
+	})
 
 	pool := dbtest.New(t)
 	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr, MaxRetries: -1})
