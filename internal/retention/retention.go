@@ -1,13 +1,16 @@
-// Package retention removes old data (docs/DESIGN.md §14). On each run it drops the
-// daily partitions of the attempt log that are entirely older than the
-// attempts age, deletes succeeded and cancelled deliveries of that age and
-// exhausted ones a retry has resolved, drops the weekly partitions of the
-// event log entirely of that age (moving the events that deliveries still
-// name to its default partition), deletes the events of the default
-// partition left without deliveries, and clears the payload of fully delivered events older than
-// the payload age. Exhausted deliveries that no retry has resolved are kept
-// whatever their age, with their attempts and their event's payload, so
-// that the DLQ can still show and retry them.
+// Package retention removes old data (docs/DESIGN.md §14). On each run it
+// drops the weekly partitions of deliveries entirely older than the
+// attempts age (moving the deliveries still in flight, exhausted or
+// retrying another to the default partition), deletes the deliveries of
+// the other partitions that are done with, drops the daily partitions of
+// the attempt log and the weekly ones of the event log of the days whose
+// deliveries went (moving the events that deliveries still name to the
+// event log's default partition), deletes the events of that default
+// partition left without deliveries, and clears the payload of fully
+// delivered events older than the payload age. Exhausted deliveries that
+// no retry has resolved are kept whatever their age, with their attempts
+// and their event's payload, so that the DLQ can still show and retry
+// them.
 package retention
 
 import (
