@@ -357,6 +357,7 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT drop_delivery_partition('events_default')`, false},
 		{`SELECT drop_delivery_partition('deliveries_before')`, true},
 		{`DROP TABLE deliveries_before`, false},
+		{`SELECT drop_detached_deliveries()`, true},
 		{`DELETE FROM events_default WHERE id = '{event}'`, true},
 		{`INSERT INTO event_keys (tenant_id, idempotency_key, day, event_id)
 			VALUES ('{tenant}', 'n2', (now() AT TIME ZONE 'UTC')::date, gen_random_uuid()) ON CONFLICT DO NOTHING`, true},

@@ -16,6 +16,10 @@ import (
 // with (see the function in migration 33). A week whose lock is not
 // obtained in time is left for the next run.
 func (j *Job) dropDeliveryPartitions(ctx context.Context, c cutoffs, rep *Report) error {
+	// Weeks a run detached and could not drop after.
+	if _, err := j.pool.Exec(ctx, dropDetachedSQL); err != nil {
+		return fmt.Errorf("drop detached weeks of deliveries: %w", err)
+	}
 	names, err := j.oldWeeks(ctx, "deliveries", idBound(c.attempts))
 	if err != nil {
 		return err
@@ -24,9 +28,10 @@ func (j *Job) dropDeliveryPartitions(ctx context.Context, c cutoffs, rep *Report
 		func(name string) error { return j.dropDeliveryPartition(ctx, name, rep) }, rep)
 }
 
-// dropDeliveryPartition drops one week in one transaction, waiting at
+// dropDeliveryPartition detaches one week in one transaction, waiting at
 // most lockTimeout for the lock of deliveries, which it holds until the
-// week's kept deliveries are copied.
+// week's kept deliveries are copied; then drops it in another, holding no
+// lock but the detached table's while its files are removed.
 func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Report) error {
 	tx, err := j.pool.Begin(ctx)
 	if err != nil {
@@ -46,6 +51,9 @@ func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Repor
 	}
 	rep.DeliveryPartitions++
 	rep.DeliveriesKept += kept
+	if _, err := j.pool.Exec(ctx, dropDetachedSQL); err != nil {
+		return fmt.Errorf("drop delivery partition %s, detached: %w", name, err)
+	}
 	return nil
 }
 

@@ -150,6 +150,28 @@ func TestOnceDropsTheDeliveriesFromBeforeTheWeeksWhenOld(t *testing.T) {
 	require.Equal(t, 1, f.count(`SELECT count(*) FROM deliveries_default WHERE id = $1`, exhausted))
 }
 
+// A week detached by a run that could not drop it after (its process
+// stopped between the two) goes at the next run; a partition, or another
+// table, does not.
+func TestOnceDropsAWeekLeftDetached(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Truncate(24 * time.Hour).Add(-100*24*time.Hour + 12*time.Hour)
+	week := f.deliveryWeek(old)
+	f.delivery(f.event(old), old, "succeeded", nil, 0)
+	var kept int64
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT drop_delivery_partition($1::regclass)`, week).Scan(&kept))
+	require.Zero(t, kept)
+	require.True(t, f.exists(week), "detached, not dropped")
+	f.exec(`CREATE TABLE deliveries_notes (id int)`)
+
+	_, err := f.job().Once(f.ctx, now)
+	require.NoError(t, err)
+	require.False(t, f.exists(week))
+	require.True(t, f.exists("deliveries_default") && f.exists("deliveries_notes"))
+}
+
 // withoutRollups is rep without its rollup count, which
 // TestOncePrunesOldRollups checks.
 func withoutRollups(rep Report) Report {

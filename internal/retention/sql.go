@@ -307,9 +307,13 @@ WHERE i.inhparent = 'deliveries'::regclass AND c.relname ~ '^deliveries_[0-9]{8}
 UNION ALL SELECT NULL
 ORDER BY lo NULLS LAST LIMIT 1`
 
-// dropDeliveryPartitionSQL drops the partition $1 (see the function in
-// migration 33) and returns how many of its deliveries it kept.
-const dropDeliveryPartitionSQL = `SELECT drop_delivery_partition($1::regclass)`
+// dropDeliveryPartitionSQL detaches the partition $1 (see the function in
+// migration 33) and returns how many of its deliveries it kept;
+// dropDetachedSQL drops the detached ones.
+const (
+	dropDeliveryPartitionSQL = `SELECT drop_delivery_partition($1::regclass)`
+	dropDetachedSQL          = `SELECT drop_detached_deliveries()`
+)
 
 // dropEventPartitionSQL drops the partition $1 (see the function in
 // migration 16) and returns how many of its events it kept.

@@ -1,4 +1,5 @@
 DROP FUNCTION drop_delivery_partition(regclass);
+DROP FUNCTION drop_detached_deliveries();
 REVOKE SELECT ON deliveries_default FROM hookline_dlq;
 DO $$
 BEGIN
