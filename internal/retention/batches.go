@@ -29,15 +29,7 @@ func (j *Job) pruneDeliveries(ctx context.Context, c cutoffs, rep *Report) error
 
 // rowPartitions lists the partitions of parent that are not weeks.
 func (j *Job) rowPartitions(ctx context.Context, parent string) ([]string, error) {
-	rows, err := j.pool.Query(ctx, rowPartitionsSQL, parent)
-	if err != nil {
-		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
-	}
-	return names, nil
+	return j.partitionNames(ctx, parent, rowPartitionsSQL, parent)
 }
 
 // pruneEvents deletes the old events left without deliveries from the

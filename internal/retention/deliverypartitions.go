@@ -60,7 +60,12 @@ func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Repor
 // oldWeeks lists the range partitions of parent whose upper bound is at
 // or below bound, oldest first.
 func (j *Job) oldWeeks(ctx context.Context, parent string, bound uuid.UUID) ([]string, error) {
-	rows, err := j.pool.Query(ctx, oldWeeksSQL, bound, upperBoundPattern, parent)
+	return j.partitionNames(ctx, parent, oldWeeksSQL, bound, upperBoundPattern, parent)
+}
+
+// partitionNames runs query, which lists partitions of parent by name.
+func (j *Job) partitionNames(ctx context.Context, parent, query string, args ...any) ([]string, error) {
+	rows, err := j.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list %s partitions: %w", parent, err)
 	}

@@ -119,23 +119,25 @@ func (f *fixture) partition(at time.Time) string {
 // Monday, UTC) that at falls in, and returns its name.
 func (f *fixture) eventWeek(at time.Time) string {
 	f.t.Helper()
-	day := at.UTC().Truncate(24 * time.Hour)
-	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
-	name := "events_" + monday.Format("20060102")
-	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF events FOR VALUES FROM ('%s') TO ('%s')`,
-		name, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
-	return name
+	return f.week("events", at)
 }
 
-// deliveryWeek creates the partition of deliveries for the week (from
-// Monday, UTC) that at falls in, and returns its name.
+// deliveryWeek creates the partition of deliveries for the week that at
+// falls in, and returns its name.
 func (f *fixture) deliveryWeek(at time.Time) string {
+	f.t.Helper()
+	return f.week("deliveries", at)
+}
+
+// week creates parent's partition for the week (from Monday, UTC) that at
+// falls in, and returns its name.
+func (f *fixture) week(parent string, at time.Time) string {
 	f.t.Helper()
 	day := at.UTC().Truncate(24 * time.Hour)
 	monday := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
-	name := "deliveries_" + monday.Format("20060102")
-	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF deliveries FOR VALUES FROM ('%s') TO ('%s')`,
-		name, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
+	name := parent + "_" + monday.Format("20060102")
+	f.exec(fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+		name, parent, idBound(monday), idBound(monday.AddDate(0, 0, 7))))
 	return name
 }
 
