@@ -73,11 +73,17 @@ const HeadStep = time.Minute
 // stores a head only when the stored one is more than HeadStep older
 // than FloorLag before now, or is past fewer than BehindCap deliveries.
 //
+// The statement writes only when the row it read needs to move, as the
+// upsert's condition does for the row it finds: an upsert whose condition
+// is false still locks the row, which gives a read a transaction id and
+// its commit a WAL flush, and two readers of one webhook a wait.
+//
 // Nothing moves unless the webhook is the tenant's.
 func AdvanceFloor(webhook, tenant string) string {
 	return fmt.Sprintf(`cur AS (
     SELECT coalesce(f.floor, '00000000-0000-0000-0000-000000000000') AS floor,
-        greatest(f.head, f.floor, '00000000-0000-0000-0000-000000000000') AS head, coalesce(f.behind, '{}') AS behind
+        greatest(f.head, f.floor, '00000000-0000-0000-0000-000000000000') AS head, coalesce(f.behind, '{}') AS behind,
+        f.webhook_id IS NOT NULL AS stored, f.head AS stored_head
     FROM (SELECT 1) one LEFT JOIN webhook_unfinished_floors f ON f.webhook_id = %[1]s
 ), first AS (
     SELECT d.id FROM deliveries d
@@ -107,7 +113,9 @@ func AdvanceFloor(webhook, tenant string) string {
     SELECT greatest(s.head, n.floor) AS head, s.behind FROM split s, next n
 ), moved AS (
     INSERT INTO webhook_unfinished_floors AS f (webhook_id, floor, head, behind)
-    SELECT w.id, n.floor, s.head, s.behind FROM webhooks w, next n, split s WHERE w.id = %[1]s AND w.tenant_id = %[2]s
+    SELECT w.id, n.floor, s.head, s.behind FROM webhooks w, next n, split s, cur c WHERE w.id = %[1]s AND w.tenant_id = %[2]s
+      AND (NOT c.stored OR c.floor < n.floor OR c.stored_head IS NULL
+           OR c.stored_head < least(s.head, uuidv7_floor(now() - interval '%[3]d milliseconds' - interval '%[6]d milliseconds')))
     ON CONFLICT (webhook_id) DO UPDATE SET floor = greatest(f.floor, excluded.floor),
         head = CASE WHEN f.head IS NULL OR f.head < excluded.head THEN excluded.head ELSE f.head END,
         behind = CASE WHEN f.head IS NULL OR f.head < excluded.head THEN excluded.behind ELSE f.behind END
