@@ -12,9 +12,12 @@ import (
 // dropDeliveryPartitions drops every week of deliveries entirely older
 // than the cutoff, and deliveries_before once it is. The deliveries still
 // in flight, the exhausted ones and the retries move to the default
-// partition first, where pruneDeliveries deletes them once they are done
-// with (see the function in migration 33). A week whose lock is not
-// obtained in time is left for the next run.
+// partition first when they are few (moveAtMost); when they are more, the
+// week is swapped for a partition of them, named after it with _kept,
+// copied before the lock (see the functions in migrations 33 and 34).
+// pruneDeliveries deletes them there once they are done with. A _kept
+// partition goes the same way once it keeps at most moveAtMost. A week
+// whose lock is not obtained in time is left for the next run.
 func (j *Job) dropDeliveryPartitions(ctx context.Context, c cutoffs, rep *Report) error {
 	// Weeks a run detached and could not drop after.
 	if _, err := j.pool.Exec(ctx, dropDetachedSQL); err != nil {
@@ -30,7 +33,8 @@ func (j *Job) dropDeliveryPartitions(ctx context.Context, c cutoffs, rep *Report
 
 // dropDeliveryPartition detaches one week in one transaction, waiting at
 // most lockTimeout for the lock of deliveries, which it holds until the
-// week's kept deliveries are copied; then drops it in another, holding no
+// week's kept deliveries are in the default partition or the week's
+// partition of them is attached; then drops it in another, holding no
 // lock but the detached table's while its files are removed.
 func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Report) error {
 	tx, err := j.pool.Begin(ctx)
@@ -42,15 +46,18 @@ func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Repor
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
 		return fmt.Errorf("drop delivery partition %s: %w", name, err)
 	}
-	var kept int64
-	if err := tx.QueryRow(ctx, dropDeliveryPartitionSQL, name).Scan(&kept); err != nil {
+	var kept *int64
+	if err := tx.QueryRow(ctx, retireDeliveryPartitionSQL, name, j.moveAtMost).Scan(&kept); err != nil {
 		return fmt.Errorf("drop delivery partition %s: %w", name, lockError(err))
+	}
+	if kept == nil {
+		return nil // a partition of kept deliveries, left as it is
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("drop delivery partition %s: commit: %w", name, err)
 	}
 	rep.DeliveryPartitions++
-	rep.DeliveriesKept += kept
+	rep.DeliveriesKept += *kept
 	if _, err := j.pool.Exec(ctx, dropDetachedSQL); err != nil {
 		return fmt.Errorf("drop delivery partition %s, detached: %w", name, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hookline/hookline/internal/testwait"
 )
 
 // An old week of deliveries goes whole. What is still needed moves to the
@@ -88,6 +90,125 @@ func TestOnceDropsAnOldWeekOfDeliveries(t *testing.T) {
 	require.False(t, f.deliveryExists(resolved) || f.deliveryExists(retry) || f.deliveryExists(inFlight))
 	e, r = dead()
 	require.Equal(t, [2]int{1, 0}, [2]int{e, r})
+}
+
+// A week with more deliveries to keep than the job moves under the lock
+// is swapped for a partition of them, copied before the lock: what went
+// and what stayed is as when they move, and a change committed between
+// the copy and the lock is in the partition as it was committed. That
+// partition is left as it is while it keeps more, and moves to the
+// default partition once it keeps few.
+func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Truncate(24 * time.Hour).Add(-100*24*time.Hour + 12*time.Hour)
+	week := f.deliveryWeek(old)
+	f.eventWeek(old)
+	f.partition(old)
+
+	succeeded := f.delivery(f.event(old), old, "succeeded", nil, 2)
+	inFlight := f.delivery(f.event(old), old, "retrying", nil, 1)
+	changing := f.delivery(f.event(old), old, "pending", nil, 0)
+	finishing := f.delivery(f.event(old), old, "retrying", nil, 1)
+	dlq := f.event(old)
+	exhausted := f.delivery(dlq, old, "exhausted", nil, 1)
+	resolvedEvent := f.event(old)
+	resolved := f.delivery(resolvedEvent, old, "exhausted", nil, 1)
+	retry := f.delivery(resolvedEvent, old.Add(time.Hour), "succeeded", &resolved, 1)
+	f.exec(`INSERT INTO delivery_attempts_retained (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
+		duration_ms, scheduled_at, executed_at) VALUES ($1, $2, 9, $3, $4, 1, $2, $2)`, succeeded, old, f.tenant, f.webhook)
+	dead := func() [2]int {
+		t.Helper()
+		var e, r int
+		require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT sum(exhausted), sum(retried) FROM dead_letter_rollups
+			WHERE at = '-infinity'`).Scan(&e, &r))
+		return [2]int{e, r}
+	}
+	require.Equal(t, [2]int{2, 1}, dead())
+
+	// A worker's transaction, open while the job copies and committed
+	// while it waits for the lock.
+	worker, err := f.pool.Begin(f.ctx)
+	require.NoError(t, err)
+	defer worker.Rollback(f.ctx) //nolint:errcheck // committed below
+	_, err = worker.Exec(f.ctx, `UPDATE deliveries SET status = 'retrying', attempt_count = 5 WHERE id = $1`, changing)
+	require.NoError(t, err)
+	_, err = worker.Exec(f.ctx, `UPDATE deliveries SET status = 'succeeded', completed_at = now() WHERE id = $1`, finishing)
+	require.NoError(t, err)
+	job := f.job()
+	job.moveAtMost = 1
+	job.lockTimeout = time.Minute
+	type result struct {
+		rep Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := job.Once(f.ctx, now)
+		done <- result{rep, err}
+	}()
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		return f.count(`SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'AccessExclusiveLock'
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND relation = 'deliveries'::regclass`) == 1
+	}, "the job waits for the lock of deliveries")
+	require.NoError(t, worker.Commit(f.ctx))
+	res := <-done
+	require.NoError(t, res.err)
+	require.Equal(t, int64(1), res.rep.DeliveryPartitions)
+	require.Equal(t, int64(5), res.rep.DeliveriesKept)
+	require.Zero(t, res.rep.Deliveries, "nothing deleted one by one")
+
+	kept := week + "_kept"
+	require.False(t, f.exists(week))
+	require.Equal(t, 1, f.count(`SELECT count(*) FROM pg_inherits WHERE inhrelid = $1::regclass AND inhparent = 'deliveries'::regclass`, kept))
+	rows, err := f.pool.Query(f.ctx, `SELECT id FROM `+kept)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{inFlight, changing, exhausted, resolved, retry}, ids)
+	require.Zero(t, f.count(`SELECT count(*) FROM deliveries_default`))
+	require.Equal(t, 5, f.count(`SELECT attempt_count FROM `+kept+` WHERE id = $1 AND status = 'retrying'`, changing),
+		"the change committed after the copy")
+	require.False(t, f.deliveryExists(succeeded) || f.deliveryExists(finishing))
+	require.Zero(t, f.count(`SELECT count(*) FROM delivery_attempts_retained WHERE delivery_id = $1`, succeeded))
+	require.Equal(t, []int{1}, f.attemptNumbers(exhausted), "the DLQ entry keeps its attempt")
+	require.True(t, f.hasPayload(dlq))
+	require.Equal(t, [2]int{2, 1}, dead(), "the swap counts nothing again")
+	require.True(t, f.exists(kept+"_pkey") && f.exists(kept+"_outbox_idx"), "its indexes named as a week's")
+	require.Equal(t, 1, f.count(`SELECT count(*) WHERE has_table_privilege('hookline_dlq', $1, 'SELECT')`, kept),
+		"the dlq's retention reads it, as the default partition")
+
+	// Its rows are deliveries as any others: a worker finds the one in
+	// flight, and the next look deletes it once it is done.
+	tag, err := f.pool.Exec(f.ctx, `UPDATE deliveries SET status = 'succeeded', completed_at = now()
+		WHERE id = $1 AND status = 'retrying'`, inFlight)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tag.RowsAffected())
+	var oid uint32
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT $1::regclass::oid`, kept).Scan(&oid))
+
+	rep, err := job.Once(f.ctx, now.Add(25*time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, rep.DeliveryPartitions, "four kept: left as it is")
+	require.Equal(t, int64(3), rep.Deliveries, "the resolved entry, its retry and the finished one, one by one")
+	require.Equal(t, 2, f.count(`SELECT count(*) FROM `+kept))
+	require.Equal(t, 1, f.count(`SELECT count(*) FROM pg_class WHERE oid = $1 AND relname = $2`, oid, kept), "not copied again")
+	require.Equal(t, [2]int{1, 0}, dead())
+
+	job.moveAtMost = 2
+	rep, err = job.Once(f.ctx, now.Add(25*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.DeliveryPartitions)
+	require.Equal(t, int64(2), rep.DeliveriesKept)
+	require.False(t, f.exists(kept))
+	rows, err = f.pool.Query(f.ctx, `SELECT id FROM deliveries_default`)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{changing, exhausted}, ids)
+	require.Equal(t, [2]int{1, 0}, dead())
 }
 
 // A week of deliveries whose lock is not obtained in time stays, whole,

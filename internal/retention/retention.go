@@ -1,7 +1,8 @@
 // Package retention removes old data (docs/DESIGN.md §14). On each run it
 // drops the weekly partitions of deliveries entirely older than the
 // attempts age (moving the deliveries still in flight, exhausted or
-// retrying another to the default partition), deletes the deliveries of
+// retrying another to the default partition, or, when they are many, to
+// a partition of their own in the week's place), deletes the deliveries of
 // the other partitions that are done with, drops the daily partitions of
 // the attempt log and the weekly ones of the event log of the days whose
 // deliveries went (moving the events that deliveries still name to the
@@ -43,12 +44,17 @@ type Job struct {
 	// lockTimeout bounds the wait for the lock that dropping a partition
 	// takes on the attempt log; inserts of attempts queue behind it.
 	lockTimeout time.Duration
+	// moveAtMost is the most kept deliveries a partition of deliveries
+	// moves to the default partition under the lock of deliveries (about
+	// 50 us each); one with more is swapped for a partition of them.
+	moveAtMost int64
 }
 
 // New returns a Job that prunes according to cfg, which must be valid
 // (config.Validate).
 func New(pool *pgxpool.Pool, cfg config.Retention, log *slog.Logger) *Job {
-	return &Job{pool: pool, cfg: cfg, log: log, startDelay: 30 * time.Second, lockTimeout: 2 * time.Second}
+	return &Job{pool: pool, cfg: cfg, log: log, startDelay: 30 * time.Second, lockTimeout: 2 * time.Second,
+		moveAtMost: 10000}
 }
 
 // Report counts what one run removed.
@@ -63,7 +69,9 @@ type Report struct {
 	Deliveries int64
 	// DeliveryPartitions is the weeks of deliveries dropped, and
 	// DeliveriesKept the deliveries they held that were kept (in flight,
-	// exhausted, or retries), moved to the default partition.
+	// exhausted, or retries): moved to the default partition, or, when
+	// more than Job.moveAtMost, left in a partition of their own that
+	// took the week's place.
 	DeliveryPartitions int64
 	DeliveriesKept     int64
 	// Payloads is the event payloads cleared.

@@ -307,12 +307,15 @@ WHERE i.inhparent = 'deliveries'::regclass AND c.relname ~ '^deliveries_[0-9]{8}
 UNION ALL SELECT NULL
 ORDER BY lo NULLS LAST LIMIT 1`
 
-// dropDeliveryPartitionSQL detaches the partition $1 (see the function in
-// migration 33) and returns how many of its deliveries it kept;
-// dropDetachedSQL drops the detached ones.
+// retireDeliveryPartitionSQL detaches the partition $1, moving its kept
+// deliveries to the default partition when there are at most $2 of them,
+// or swaps it for a partition of its kept ones (see the functions in
+// migrations 33 and 34), and returns how many it kept, NULL when it left
+// a partition of kept deliveries as it was; dropDetachedSQL drops the
+// detached ones.
 const (
-	dropDeliveryPartitionSQL = `SELECT drop_delivery_partition($1::regclass)`
-	dropDetachedSQL          = `SELECT drop_detached_deliveries()`
+	retireDeliveryPartitionSQL = `SELECT retire_delivery_partition($1::regclass, $2)`
+	dropDetachedSQL            = `SELECT drop_detached_deliveries()`
 )
 
 // dropEventPartitionSQL drops the partition $1 (see the function in
