@@ -15,10 +15,11 @@
 -- same range, with nothing to build or scan but the default partition.
 --
 -- A _kept partition is a partition retention deletes from one by one,
--- like the default one. It is left as it is while it keeps more than
+-- like the default one. It is left as it is while it holds more than
 -- move_at_most deliveries; with fewer, its rows move to the default
--- partition and it goes, as a week with few does. The function returns
--- how many deliveries were kept, or NULL when it left a _kept partition.
+-- partition and it goes, as a week with few kept does. The function
+-- returns how many deliveries were kept, or NULL when it left a _kept
+-- partition.
 CREATE FUNCTION retire_delivery_partition(part regclass, move_at_most bigint) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -43,12 +44,19 @@ BEGIN
     kept_rows := format('SELECT t AS kept_row, t.xmin AS v FROM %1$s t WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
         UNION ALL SELECT t, t.xmin FROM %1$s t WHERE status = ''exhausted''
         UNION ALL SELECT t, t.xmin FROM %1$s t WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')', part);
+    IF name !~ '^deliveries_([0-9]{8}|before)$' THEN
+        -- A partition of kept deliveries, which retention empties one by
+        -- one: it goes once it holds few, whatever they are, and is not
+        -- read further before.
+        EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s LIMIT %s) x', part, greatest(move_at_most, 0) + 1) INTO kept;
+        IF kept > move_at_most THEN
+            RETURN NULL;
+        END IF;
+        RETURN drop_delivery_partition(part);
+    END IF;
     EXECUTE 'SELECT count(*) FROM (' || kept_rows || ') k' INTO kept;
     IF kept <= move_at_most THEN
         RETURN drop_delivery_partition(part);
-    END IF;
-    IF name !~ '^deliveries_([0-9]{8}|before)$' THEN
-        RETURN NULL;
     END IF;
 
     kept_name := name || '_kept';
