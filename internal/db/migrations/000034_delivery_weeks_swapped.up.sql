@@ -28,7 +28,9 @@ DECLARE
     name text;
     kept_name text;
     kept bigint;
+    kept_of text;
     kept_rows text;
+    kept_ids text;
     r record;
 BEGIN
     SELECT c.relname,
@@ -40,10 +42,13 @@ BEGIN
     IF hi IS NULL THEN
         RAISE EXCEPTION '% is not a range partition of deliveries', part USING ERRCODE = 'insufficient_privilege';
     END IF;
-    -- The rows drop_delivery_partition keeps, each with its version.
-    kept_rows := format('SELECT t AS kept_row, t.xmin AS v FROM %1$s t WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
-        UNION ALL SELECT t, t.xmin FROM %1$s t WHERE status = ''exhausted''
-        UNION ALL SELECT t, t.xmin FROM %1$s t WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')', part);
+    -- The rows drop_delivery_partition keeps, each with its version
+    -- (xmin), whole or by id; each part found by its partial index.
+    kept_of := 'SELECT %2$s FROM %1$s t WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
+        UNION ALL SELECT %2$s FROM %1$s t WHERE status = ''exhausted''
+        UNION ALL SELECT %2$s FROM %1$s t WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')';
+    kept_rows := format(kept_of, part, 't AS kept_row, t.xmin AS v');
+    kept_ids := format(kept_of, part, 't.id, t.xmin AS v');
     IF name !~ '^deliveries_([0-9]{8}|before)$' THEN
         -- A partition of kept deliveries, which retention empties one by
         -- one: it goes once it holds few, whatever they are, and is not
@@ -54,7 +59,7 @@ BEGIN
         END IF;
         RETURN drop_delivery_partition(part);
     END IF;
-    EXECUTE 'SELECT count(*) FROM (' || kept_rows || ') k' INTO kept;
+    EXECUTE 'SELECT count(*) FROM (' || kept_ids || ') k' INTO kept;
     IF kept <= move_at_most THEN
         RETURN drop_delivery_partition(part);
     END IF;
@@ -83,13 +88,15 @@ BEGIN
 
     -- The partitioned table first, as in drop_delivery_partition.
     LOCK TABLE ONLY deliveries IN ACCESS EXCLUSIVE MODE;
-    EXECUTE 'CREATE TEMPORARY TABLE kept_now ON COMMIT DROP AS SELECT (k.kept_row).id AS id, k.v FROM (' || kept_rows || ') k';
-    -- Out of the copy: the rows gone or changed since it was made.
-    EXECUTE format('DELETE FROM %I n USING kept_versions o WHERE o.id = n.id
-        AND NOT EXISTS (SELECT 1 FROM kept_now c WHERE c.id = o.id AND c.v = o.v)', kept_name);
-    -- In again as they are now: the changed ones.
-    EXECUTE format('INSERT INTO %I SELECT t.* FROM %s t WHERE t.id IN (
-        SELECT c.id FROM kept_now c LEFT JOIN kept_versions o ON o.id = c.id WHERE o.v IS DISTINCT FROM c.v)', kept_name, part);
+    EXECUTE 'CREATE TEMPORARY TABLE kept_now ON COMMIT DROP AS ' || kept_ids;
+    -- The rows changed or gone since the copy, and the ones now kept
+    -- that it lacks: out of the copy, and in again as they are now.
+    CREATE TEMPORARY TABLE kept_changed ON COMMIT DROP AS
+        SELECT coalesce(c.id, o.id) AS id, c.id IS NOT NULL AS kept
+        FROM kept_now c FULL JOIN kept_versions o ON o.id = c.id
+        WHERE c.v IS DISTINCT FROM o.v;
+    EXECUTE format('DELETE FROM %I n USING kept_changed x WHERE n.id = x.id', kept_name);
+    EXECUTE format('INSERT INTO %I SELECT t.* FROM %s t WHERE t.id IN (SELECT id FROM kept_changed WHERE kept)', kept_name, part);
     SELECT count(*) INTO kept FROM kept_now;
     DELETE FROM delivery_attempts_retained a
     WHERE a.delivery_id >= coalesce(lo, '00000000-0000-0000-0000-000000000000'::uuid) AND a.delivery_id < hi
