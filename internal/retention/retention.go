@@ -67,7 +67,8 @@ type Report struct {
 	// Deliveries is the deliveries deleted one by one: those of the
 	// partitions of deliveries that are not weeks.
 	Deliveries int64
-	// DeliveryPartitions is the weeks of deliveries dropped, and
+	// DeliveryPartitions is the weeks of deliveries dropped (and the
+	// partitions of kept deliveries moved to the default one), and
 	// DeliveriesKept the deliveries they held that were kept (in flight,
 	// exhausted, or retries): moved to the default partition, or, when
 	// more than Job.moveAtMost, left in a partition of their own that
