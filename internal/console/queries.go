@@ -71,9 +71,11 @@ func historySQL(tenantID, webhookID uuid.UUID, f historyFilter) (string, pgx.Nam
 		// then find a rare type from the tenant's events of that type
 		// instead of walking the webhook's deliveries until a page of it
 		// turns up.
-		// Each event's deliveries in the weeks from its own on, as there.
+		// Each event's deliveries in the weeks from its own to that of its
+		// latest delivery, as there.
 		where = append(where, "e.event_type = @event_type", "e.tenant_id = @tenant_id",
-			"d.id >= uuidv7_floor(e.created_at - interval '1 day')")
+			"d.id >= uuidv7_floor(e.created_at - interval '1 day')",
+			"d.id < uuidv7_floor(coalesce(e.late_deliveries_until, e.created_at) + interval '1 day')")
 		args["event_type"] = f.EventType
 	}
 	if f.From != nil {

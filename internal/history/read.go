@@ -104,15 +104,18 @@ ORDER BY attempt_number`
 	// fold away. e.tenant_id lets a rare event type be found from its
 	// events (events_tenant_type_idx) rather than by walking the
 	// webhook's deliveries until a page of it turns up; each event's
-	// deliveries are then looked up in the weeks from its own on, not in
-	// every week: a delivery is made with or after its event (its id by
-	// Postgres's clock, after the event's transaction began), and a day's
-	// margin covers a clock set back. Without an event type, the webhook's
-	// deliveries are read in id order and the bound is not needed.
+	// deliveries are then looked up in the weeks from its own to the one
+	// of its latest delivery, not in every week: a delivery is made with
+	// or after its event (its id by Postgres's clock, after the event's
+	// transaction began), and those made later (retries, recoveries) mark
+	// the event with late_deliveries_until (migration 35); a day's margin
+	// covers a clock set back. Without an event type, the webhook's
+	// deliveries are read in id order and the bounds are not needed.
 	listDeliveriesSQL = `SELECT ` + deliveryColumns + `
 FROM deliveries d JOIN events e ON e.id = d.event_id
 WHERE d.webhook_id = $1 AND d.tenant_id = $2 AND e.tenant_id = $2 AND d.id >= $9 AND d.id < $10
-  AND ($5::text IS NULL OR d.id >= uuidv7_floor(e.created_at - interval '1 day'))
+  AND ($5::text IS NULL OR (d.id >= uuidv7_floor(e.created_at - interval '1 day')
+      AND d.id < uuidv7_floor(coalesce(e.late_deliveries_until, e.created_at) + interval '1 day')))
   AND ($3::uuid IS NULL OR d.id > $3)
   AND ($4::text IS NULL OR d.status = $4)
   AND ($5::text IS NULL OR e.event_type = $5)
