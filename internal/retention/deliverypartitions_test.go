@@ -35,16 +35,8 @@ func TestOnceDropsAnOldWeekOfDeliveries(t *testing.T) {
 	retry := f.delivery(resolvedEvent, old.Add(time.Hour), "succeeded", &resolved, 1)
 	// An attempt kept when an earlier partition went, of a delivery that
 	// went on to succeed.
-	f.exec(`INSERT INTO delivery_attempts_retained (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
-		duration_ms, scheduled_at, executed_at) VALUES ($1, $2, 9, $3, $4, 1, $2, $2)`, succeeded, old, f.tenant, f.webhook)
-	dead := func() (exhausted, retried int) {
-		t.Helper()
-		require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT sum(exhausted), sum(retried) FROM dead_letter_rollups
-			WHERE at = '-infinity'`).Scan(&exhausted, &retried))
-		return exhausted, retried
-	}
-	e, r := dead()
-	require.Equal(t, [2]int{2, 1}, [2]int{e, r})
+	f.retainedAttempt(succeeded, old)
+	require.Equal(t, [2]int{2, 1}, f.deadLetters())
 
 	rep, err := f.job().Once(f.ctx, now)
 	require.NoError(t, err)
@@ -72,8 +64,7 @@ func TestOnceDropsAnOldWeekOfDeliveries(t *testing.T) {
 	require.ElementsMatch(t, kept, listed)
 	require.Equal(t, []int{1}, f.attemptNumbers(exhausted), "the DLQ entry keeps its attempt")
 	require.True(t, f.hasPayload(dlq))
-	e, r = dead()
-	require.Equal(t, [2]int{2, 1}, [2]int{e, r}, "moving the kept rows counts nothing again")
+	require.Equal(t, [2]int{2, 1}, f.deadLetters(), "moving the kept rows counts nothing again")
 
 	// A worker still finds the delivery in flight.
 	tag, err := f.pool.Exec(f.ctx, `UPDATE deliveries SET status = 'succeeded', completed_at = now()
@@ -88,8 +79,7 @@ func TestOnceDropsAnOldWeekOfDeliveries(t *testing.T) {
 	require.Equal(t, int64(3), rep.Deliveries)
 	require.True(t, f.deliveryExists(exhausted))
 	require.False(t, f.deliveryExists(resolved) || f.deliveryExists(retry) || f.deliveryExists(inFlight))
-	e, r = dead()
-	require.Equal(t, [2]int{1, 0}, [2]int{e, r})
+	require.Equal(t, [2]int{1, 0}, f.deadLetters())
 }
 
 // A week with more deliveries to keep than the job moves under the lock
@@ -116,16 +106,8 @@ func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
 	resolvedEvent := f.event(old)
 	resolved := f.delivery(resolvedEvent, old, "exhausted", nil, 1)
 	retry := f.delivery(resolvedEvent, old.Add(time.Hour), "succeeded", &resolved, 1)
-	f.exec(`INSERT INTO delivery_attempts_retained (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
-		duration_ms, scheduled_at, executed_at) VALUES ($1, $2, 9, $3, $4, 1, $2, $2)`, succeeded, old, f.tenant, f.webhook)
-	dead := func() [2]int {
-		t.Helper()
-		var e, r int
-		require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT sum(exhausted), sum(retried) FROM dead_letter_rollups
-			WHERE at = '-infinity'`).Scan(&e, &r))
-		return [2]int{e, r}
-	}
-	require.Equal(t, [2]int{2, 1}, dead())
+	f.retainedAttempt(succeeded, old)
+	require.Equal(t, [2]int{2, 1}, f.deadLetters())
 
 	// A worker's transaction, open while the job copies and committed
 	// while it waits for the lock.
@@ -175,7 +157,7 @@ func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
 	require.Zero(t, f.count(`SELECT count(*) FROM delivery_attempts_retained WHERE delivery_id = $1`, succeeded))
 	require.Equal(t, []int{1}, f.attemptNumbers(exhausted), "the DLQ entry keeps its attempt")
 	require.True(t, f.hasPayload(dlq))
-	require.Equal(t, [2]int{2, 1}, dead(), "the swap counts nothing again")
+	require.Equal(t, [2]int{2, 1}, f.deadLetters(), "the swap counts nothing again")
 	require.True(t, f.exists(kept+"_pkey") && f.exists(kept+"_outbox_idx"), "its indexes named as a week's")
 	require.Equal(t, 1, f.count(`SELECT count(*) WHERE has_table_privilege('hookline_dlq', $1, 'SELECT')`, kept),
 		"the dlq's retention reads it, as the default partition")
@@ -195,7 +177,7 @@ func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
 	require.Equal(t, int64(3), rep.Deliveries, "the resolved entry, its retry and the finished one, one by one")
 	require.Equal(t, 2, f.count(`SELECT count(*) FROM `+kept))
 	require.Equal(t, 1, f.count(`SELECT count(*) FROM pg_class WHERE oid = $1 AND relname = $2`, oid, kept), "not copied again")
-	require.Equal(t, [2]int{1, 0}, dead())
+	require.Equal(t, [2]int{1, 0}, f.deadLetters())
 
 	job.moveAtMost = 2
 	rep, err = job.Once(f.ctx, now.Add(25*time.Hour))
@@ -208,7 +190,7 @@ func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
 	ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
 	require.ElementsMatch(t, []uuid.UUID{changing, exhausted}, ids)
-	require.Equal(t, [2]int{1, 0}, dead())
+	require.Equal(t, [2]int{1, 0}, f.deadLetters())
 }
 
 // A week of deliveries whose lock is not obtained in time stays, whole,
@@ -291,6 +273,24 @@ func TestOnceDropsAWeekLeftDetached(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, f.exists(week))
 	require.True(t, f.exists("deliveries_default") && f.exists("deliveries_notes"))
+}
+
+// retainedAttempt stores an attempt kept when an earlier partition went,
+// of the delivery created at at.
+func (f *fixture) retainedAttempt(delivery uuid.UUID, at time.Time) {
+	f.t.Helper()
+	f.exec(`INSERT INTO delivery_attempts_retained (delivery_id, delivery_created_at, attempt_number, tenant_id, webhook_id,
+		duration_ms, scheduled_at, executed_at) VALUES ($1, $2, 9, $3, $4, 1, $2, $2)`, delivery, at, f.tenant, f.webhook)
+}
+
+// deadLetters returns the DLQ rollups' exhausted and retried counts, all
+// days together.
+func (f *fixture) deadLetters() [2]int {
+	f.t.Helper()
+	var e, r int
+	require.NoError(f.t, f.pool.QueryRow(f.ctx, `SELECT sum(exhausted), sum(retried) FROM dead_letter_rollups
+		WHERE at = '-infinity'`).Scan(&e, &r))
+	return [2]int{e, r}
 }
 
 // withoutRollups is rep without its rollup count, which
