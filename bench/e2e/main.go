@@ -14,6 +14,12 @@
 //
 //	go run ./bench/e2e -rates 1000 -duration 15s -tracing off,1,0.01 -rounds 2
 //
+// With -commit-window it compares the api's commit windows the same way
+// (api.commit_window: how long a publish waits for others to share its
+// commit), adding Postgres's and the machine's CPU per delivery.
+//
+//	go run ./bench/e2e -rates 500,1000 -duration 20s -commit-window 0,2ms,5ms,10ms -rounds 2
+//
 // With -pause AT:FOR the receiver stops answering for FOR, AT into each
 // rate's publishing: every request it reads meanwhile is answered when the
 // pause ends, as an endpoint answers through a garbage-collection pause or
@@ -67,7 +73,8 @@ func main() {
 	memprofile := flag.String("memprofile", "", "write a heap profile (with every allocation of the run, alloc_space) here at the end")
 	orderings := flag.String("ordering", "none", "comma-separated ordering_guarantee values to compare (none, per_event_type, strict); each gets its own tenant and webhooks")
 	tracings := flag.String("tracing", "", "comma-separated tracing configurations to compare: off, or the share of new traces sampled (1 for 100 %, 0.01 for 1 %); empty: off, not reported")
-	rounds := flag.Int("rounds", 1, "with -tracing: how many times to run every configuration, interleaved")
+	windows := flag.String("commit-window", "", "comma-separated commit windows of the api to compare (api.commit_window, such as 0,5ms,10ms); empty: the default, not reported")
+	rounds := flag.Int("rounds", 1, "with -tracing or -commit-window: how many times to run every configuration, interleaved")
 	otlp := flag.String("otlp", "http://127.0.0.1:4318", "with -tracing: the OTLP/HTTP receiver spans are exported to (go run ./bench/otlpsink)")
 	idleWait := flag.Duration("idle-wait", 0, "before each rate, wait at most this long for the machine to be less than 0.3 cores busy (other work on a shared machine); 0: do not wait")
 	pauseSpec := flag.String("pause", "", "AT:FOR: the receiver answers nothing for FOR, from AT into each rate's publishing (for example 5s:1s); empty: no pause")
@@ -119,23 +126,71 @@ func main() {
 	if hiccup.length > 0 {
 		table.Notes = append(table.Notes, fmt.Sprintf("The receiver answers nothing for %s from %s into each rate's publishing; the requests it reads meanwhile are answered, and their receipt timed, when the pause ends.", hiccup.length, hiccup.at))
 	}
-	configs := []string{""}
+	tracingConfigs, windowConfigs := []string{""}, []string{""}
 	if *tracings != "" {
-		configs = strings.Split(*tracings, ",")
-		table.Header = append([]string{"round", "tracing"}, append(table.Header, "spans exported", "CPU per delivery: hookline", "CPU per delivery: machine")...)
+		tracingConfigs = strings.Split(*tracings, ",")
 		table.Notes = append(table.Notes, fmt.Sprintf("Tracing: off, or on with the share of new traces given kept (sampler parentbased_traceidratio; the publishes carry no traceparent, so each starts a trace), spans batched and exported over OTLP/HTTP to a sink in another process (%s, bench/otlpsink) that decodes and discards them. Each configuration runs on a system of its own, the configurations one after the other within a round. CPU per delivery: the CPU time of the hookline process (api, worker, receiver and load generator; the exporting included), and the busy time of the whole machine (everyone's work on it, the sink's included), divided by deliveries.", *otlp))
 	}
+	if *windows != "" {
+		windowConfigs = strings.Split(*windows, ",")
+		table.Notes = append(table.Notes, "Commit window: api.commit_window, how long a publish waits for others to share its commit. Each window runs on a system of its own, one after the other within a round. CPU per delivery: the CPU time of Postgres (all its processes) and the busy time of the whole machine, divided by deliveries.")
+	}
+	compared := *tracings != "" || *windows != ""
+	if compared {
+		var lead []string
+		lead = append(lead, "round")
+		if *tracings != "" {
+			lead = append(lead, "tracing")
+		}
+		if *windows != "" {
+			lead = append(lead, "commit window")
+		}
+		table.Header = append(lead, table.Header...)
+		if *tracings != "" {
+			table.Header = append(table.Header, "spans exported", "CPU per delivery: hookline")
+		}
+		if *windows != "" {
+			table.Header = append(table.Header, "CPU per delivery: Postgres")
+		}
+		table.Header = append(table.Header, "CPU per delivery: machine")
+	}
 	for round := range max(*rounds, 1) {
-		for _, tc := range configs {
-			rows, err := measure(opts, strings.TrimSpace(tc), *otlp, addr, *orderings, *rates, *duration, *payload, *hooks, *idleWait, rc)
-			if err != nil {
-				log.Fatal(err)
-			}
-			for _, row := range rows {
-				if *tracings != "" {
-					row = append([]string{strconv.Itoa(round + 1), tracingLabel(tc)}, row...)
+		for _, tc := range tracingConfigs {
+			for _, wc := range windowConfigs {
+				o := opts
+				if wc = strings.TrimSpace(wc); wc != "" {
+					w, err := time.ParseDuration(wc)
+					if err != nil {
+						log.Fatalf("commit window %q: %v", wc, err)
+					}
+					o.CommitWindow = &w
 				}
-				table.Rows = append(table.Rows, row)
+				tc = strings.TrimSpace(tc)
+				rows, err := measure(o, tc, *otlp, addr, *orderings, *rates, *duration, *payload, *hooks, *idleWait, rc)
+				if err != nil {
+					log.Fatal(err)
+				}
+				for _, r := range rows {
+					row := r.cells
+					if compared {
+						lead := []string{strconv.Itoa(round + 1)}
+						if *tracings != "" {
+							lead = append(lead, tracingLabel(tc))
+						}
+						if *windows != "" {
+							lead = append(lead, wc)
+						}
+						row = append(lead, row...)
+						if *tracings != "" {
+							row = append(row, r.spans, r.hookline)
+						}
+						if *windows != "" {
+							row = append(row, r.postgres)
+						}
+						row = append(row, r.machine)
+					}
+					table.Rows = append(table.Rows, row)
+				}
 			}
 		}
 	}
@@ -144,10 +199,17 @@ func main() {
 	}
 }
 
+// measured is one row of measure: the table's cells, and the figures a
+// comparison adds.
+type measured struct {
+	cells                              []string
+	spans, hookline, postgres, machine string
+}
+
 // measure runs every ordering and rate on a system of its own, traced as
 // tc says ("" or "off": not traced; else the share of traces sampled),
 // and returns the table's rows.
-func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time.Duration, payload, hooks int, idle time.Duration, rc *receiver) ([][]string, error) {
+func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time.Duration, payload, hooks int, idle time.Duration, rc *receiver) ([]measured, error) {
 	provider, err := tracerProvider(tc, otlp)
 	if err != nil {
 		return nil, err
@@ -162,7 +224,7 @@ func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time
 	for i := range urls {
 		urls[i] = url
 	}
-	var rows [][]string
+	var rows []measured
 	for _, ordering := range strings.Split(orderings, ",") {
 		ordering = strings.TrimSpace(ordering)
 		key, err := sys.Tenant(fmt.Sprintf(`"ordering_guarantee": %q`, ordering), urls...)
@@ -184,13 +246,13 @@ func measure(opts system.Options, tc, otlp, url, orderings, rates string, d time
 			}
 			after, machine := report.SampleCPU(), report.MachineTicks()-machine
 			busy := fmt.Sprintf("%.0f", hostBusy()-busyBefore)
-			row := append(append([]string{ordering}, res.row(rate)...), busy, report.CPUUse(before, after))
-			if tc != "" {
-				row = append(row, strconv.FormatInt(sinkCount(otlp, tc)-spansBefore, 10),
-					perDelivery(after.Ticks["hookline"]-before.Ticks["hookline"], res.deliveries),
-					perDelivery(machine, res.deliveries))
-			}
-			rows = append(rows, row)
+			rows = append(rows, measured{
+				cells:    append(append([]string{ordering}, res.row(rate)...), busy, report.CPUUse(before, after)),
+				spans:    strconv.FormatInt(sinkCount(otlp, tc)-spansBefore, 10),
+				hookline: perDelivery(after.Ticks["hookline"]-before.Ticks["hookline"], res.deliveries),
+				postgres: perDelivery(after.Ticks["postgres"]-before.Ticks["postgres"], res.deliveries),
+				machine:  perDelivery(machine, res.deliveries),
+			})
 		}
 	}
 	return rows, provider.Shutdown(context.Background())

@@ -238,6 +238,13 @@ type API struct {
 	// and publishes at once; 0 leaves the queue to other api processes.
 	// Default 256.
 	PublishQueuePrefetch int `yaml:"publish_queue_prefetch"`
+	// CommitWindow is how long a publish waits for other events to share
+	// its commit (env API_COMMIT_WINDOW): a longer window makes fewer,
+	// larger commits and less work for Postgres per event, each publish
+	// answered up to that long later. It applies only while publishes come
+	// closer together than 3/4 of it on average. 0 to 100ms; 0: no
+	// publish waits. Default 5ms (docs/BENCHMARKS.md gives the trade-off).
+	CommitWindow Duration `yaml:"commit_window"`
 }
 
 // AuthThrottle is a token bucket of failed authentications per client
@@ -328,6 +335,7 @@ func Default() Config {
 			AuthCacheTTL:         Duration(5 * time.Second),
 			MaxWebhooksPerTenant: 1000,
 			PublishQueuePrefetch: 256,
+			CommitWindow:         Duration(5 * time.Millisecond),
 			ReadHeaderTimeout:    Duration(10 * time.Second),
 			ReadTimeout:          Duration(30 * time.Second),
 			IdleTimeout:          Duration(120 * time.Second),
@@ -427,6 +435,13 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 			*b.dst = parsed
 		}
 	}
+	if v := getenv("API_COMMIT_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("config api.commit_window (API_COMMIT_WINDOW): %q is not a duration such as \"5ms\"", v)
+		}
+		c.API.CommitWindow = Duration(d)
+	}
 	if v := getenv("AMQP_SHARDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -488,6 +503,9 @@ func (c *Config) Validate() error {
 	}
 	if c.API.MaxWebhooksPerTenant < 1 || c.API.MaxWebhooksPerTenant > 1_000_000 {
 		bad("api.max_webhooks_per_tenant", "must be between 1 and 1000000, got %d", c.API.MaxWebhooksPerTenant)
+	}
+	if w := c.API.CommitWindow.D(); w < 0 || w > 100*time.Millisecond {
+		bad("api.commit_window (API_COMMIT_WINDOW)", "must be between 0 and 100ms, got %s", w)
 	}
 	if c.API.PublishQueuePrefetch < 0 || c.API.PublishQueuePrefetch > 10_000 {
 		bad("api.publish_queue_prefetch", "must be between 0 and 10000, got %d", c.API.PublishQueuePrefetch)

@@ -57,6 +57,7 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 	require.Equal(t, "single", got.Redis.Mode)
 	require.Equal(t, "redis://127.0.0.1:6379/0", got.Redis.URL)
 	require.Equal(t, "hookline:", got.Redis.KeyPrefix)
+	require.Equal(t, 5*time.Millisecond, got.API.CommitWindow.D())
 	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", got.AMQP.URL)
 	require.Equal(t, "hookline", got.AMQP.Prefix)
 	require.Equal(t, 1, got.AMQP.Shards)
@@ -121,6 +122,7 @@ api:
   auth_failures: {burst: 3, per_minute: 2}
   trusted_proxies: ["10.0.0.0/8"]
   publish_queue_prefetch: 64
+  commit_window: 12ms
 metrics_addr: ":9999"
 shutdown_grace: 90s
 worker: {concurrency: 8, prefetch: 9, connect_timeout: 3s, max_conns_per_host: 2, host_queue_wait: 250ms}
@@ -164,6 +166,7 @@ tracing: {enabled: true, endpoint: "http://otel:4318", traces_endpoint: "http://
 			AuthFailures:         config.AuthThrottle{Burst: 3, PerMinute: 2},
 			TrustedProxies:       []string{"10.0.0.0/8"},
 			PublishQueuePrefetch: 64,
+			CommitWindow:         config.Duration(12 * time.Millisecond),
 		},
 		Worker: config.Worker{Concurrency: 8, Prefetch: 9, ConnectTimeout: config.Duration(3 * time.Second), MaxConnsPerHost: 2,
 			HostQueueWait: config.Duration(250 * time.Millisecond)},
@@ -228,7 +231,7 @@ log_level: warn
 database: {url: "postgres://file@127.0.0.1:1/f"}
 redis: {mode: single, url: "redis://file:1/0", key_prefix: "file:"}
 amqp: {url: "amqp://file:1/", prefix: file}
-api: {addr: "127.0.0.1:1", admin_token: file-token-0123456789}
+api: {addr: "127.0.0.1:1", admin_token: file-token-0123456789, commit_window: 20ms}
 metrics_addr: "127.0.0.1:2"
 network: {allow_private_networks: false, allow_cidrs: ["10.0.0.0/8"]}
 security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
@@ -255,6 +258,7 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 		{"allow private true", "ALLOW_PRIVATE_NETWORKS", "true", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
 		{"allow private 1", "ALLOW_PRIVATE_NETWORKS", "1", func(c config.Config) any { return c.Network.AllowPrivateNetworks }, true},
 		{"migrate on start", "API_MIGRATE_ON_START", "false", func(c config.Config) any { return c.API.MigrateOnStart }, false},
+		{"commit window", "API_COMMIT_WINDOW", "0", func(c config.Config) any { return c.API.CommitWindow.D() }, time.Duration(0)},
 		{"allow cidrs", "ALLOW_CIDRS", "192.168.1.0/24, fd00::/8 ,100.64.0.0/10", func(c config.Config) any { return c.Network.AllowCIDRs },
 			[]string{"192.168.1.0/24", "fd00::/8", "100.64.0.0/10"}},
 		{"secret keys", "SECRET_KEYS", " new:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=, " + testKey, func(c config.Config) any { return c.Security.SecretKeys },
@@ -304,6 +308,8 @@ security: {secret_keys: ["file:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]}
 				restore.Network.AllowPrivateNetworks = base.Network.AllowPrivateNetworks
 			case "API_MIGRATE_ON_START":
 				restore.API.MigrateOnStart = base.API.MigrateOnStart
+			case "API_COMMIT_WINDOW":
+				restore.API.CommitWindow = base.API.CommitWindow
 			case "ALLOW_CIDRS":
 				restore.Network.AllowCIDRs = base.Network.AllowCIDRs
 			case "SECRET_KEYS":
@@ -351,6 +357,8 @@ func TestLoadRefuses(t *testing.T) {
 			wantErr: []string{"network.allow_private_networks (ALLOW_PRIVATE_NETWORKS)", `"yes please" is not a boolean`}},
 		{name: "bad AMQP_SHARDS", env: map[string]string{"ADMIN_TOKEN": "tok", "AMQP_SHARDS": "four"},
 			wantErr: []string{`config amqp.shards (AMQP_SHARDS): "four" is not a number`}},
+		{name: "bad API_COMMIT_WINDOW", env: map[string]string{"ADMIN_TOKEN": "tok", "API_COMMIT_WINDOW": "5"},
+			wantErr: []string{`config api.commit_window (API_COMMIT_WINDOW): "5" is not a duration such as "5ms"`}},
 		{name: "bad API_MIGRATE_ON_START", env: map[string]string{"ADMIN_TOKEN": "tok", "API_MIGRATE_ON_START": "never"},
 			wantErr: []string{"api.migrate_on_start (API_MIGRATE_ON_START)", `"never" is not a boolean`}},
 		{name: "bad ALLOW_CIDRS", env: map[string]string{"ADMIN_TOKEN": "tok", "ALLOW_CIDRS": "10.0.0.0/8,10.0.0.300/8"},
@@ -494,6 +502,10 @@ func TestValidate(t *testing.T) {
 		{"rotation grace zero", func(c *config.Config) { c.API.SecretRotationGrace = 0 }, ""},
 		{"rotation grace 720h", func(c *config.Config) { c.API.SecretRotationGrace = config.Duration(720 * time.Hour) }, ""},
 		{"worker concurrency 0", func(c *config.Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
+		{"commit window 0", func(c *config.Config) { c.API.CommitWindow = 0 }, ""},
+		{"commit window 100ms", func(c *config.Config) { c.API.CommitWindow = config.Duration(100 * time.Millisecond) }, ""},
+		{"commit window negative", func(c *config.Config) { c.API.CommitWindow = config.Duration(-time.Millisecond) }, "api.commit_window (API_COMMIT_WINDOW)"},
+		{"commit window over 100ms", func(c *config.Config) { c.API.CommitWindow = config.Duration(101 * time.Millisecond) }, "api.commit_window (API_COMMIT_WINDOW)"},
 		{"publish queue prefetch negative", func(c *config.Config) { c.API.PublishQueuePrefetch = -1 }, "api.publish_queue_prefetch"},
 		{"publish queue prefetch too large", func(c *config.Config) { c.API.PublishQueuePrefetch = 10_001 }, "api.publish_queue_prefetch"},
 		{"worker prefetch 0", func(c *config.Config) { c.Worker.Prefetch = 0 }, "worker.prefetch"},

@@ -74,24 +74,32 @@ type committer struct {
 const (
 	maxCommitBatch = 256
 	commitWorkers  = 4
-	// commitWindow is how long a commit waits for other events to share
-	// it: fewer, larger commits, each a fraction of a millisecond later.
-	commitWindow = 2 * time.Millisecond
-	// commitSparse: while publishes come this far apart or more on
-	// average (under about 670 a second), a commit does not wait: the
-	// window would seldom find a second event, and every publish would be
-	// answered up to commitWindow later for it.
-	commitSparse = commitWindow * 3 / 4
 )
+
+// DefaultCommitWindow is how long a publish waits, by default, for other
+// events to share its commit (Service.WithCommitWindow).
+const DefaultCommitWindow = 5 * time.Millisecond
 
 func newCommitter(pool *pgxpool.Pool, log *slog.Logger) *committer {
 	c := &committer{pool: pool, hot: pool, tally: history.NewTally(pool, log), log: log}
-	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers).Window(commitWindow).Sparse(commitSparse)
+	c.window(DefaultCommitWindow)
 	return c
 }
 
-// submit commits p (with whatever else is waiting) and fills its results.
-// submit commits p with the others waiting. Once submitted, the commit is
+// window makes each commit wait up to d after its first event for others
+// to share it: fewer, larger commits, each event answered up to d later.
+// While publishes come on average 3/4 of d apart or more, a commit does
+// not wait (it takes only the events that arrive while other commits run):
+// the window would seldom find a second event, and every publish would be
+// answered later for it. With d = 0 no commit waits.
+func (c *committer) window(d time.Duration) {
+	c.batch = batch.New(c.commit, maxCommitBatch, commitWorkers)
+	if d > 0 {
+		c.batch.Window(d).Sparse(d * 3 / 4)
+	}
+}
+
+// submit commits p with the others waiting and fills its results. Once submitted, the commit is
 // not the caller's to cancel: a request whose client gives up after its
 // event is queued still learns the real outcome (and a committed event is
 // never reported as failed, which would invite a retry that publishes it

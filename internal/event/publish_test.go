@@ -252,6 +252,41 @@ func TestPublishedDeliveriesAreCountedOnce(t *testing.T) {
 	require.Equal(t, 3, created)
 }
 
+// A publish waits up to the commit window for others to share its commit.
+// Events published 5 ms apart, with a window of 80 ms: once the committer
+// has seen their pace (it starts as if publishes were sparse, and does not
+// wait then), each commit holds many of them; events share a commit when
+// they share their row's transaction id. With the default window (5 ms,
+// waiting only while publishes come under 3.75 ms apart) each would
+// commit alone.
+func TestCommitWindowSharesCommitsBetweenSpacedPublishes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler)).WithCommitWindow(80 * time.Millisecond)
+	runService(t, svc)
+	tenant := addTenant(t, pool, "t")
+	const n = 60
+	errs := make(chan error, n)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		go func() {
+			_, err := svc.Publish(ctx, tenant, event.Request{EventType: "order.created", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+			errs <- err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	var events, commits int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM events WHERE tenant_id = $1`,
+		tenant).Scan(&events, &commits))
+	require.Equal(t, n, events)
+	require.LessOrEqual(t, commits, n/3, "%d events in %d commits", events, commits)
+}
+
 // runningService is a Service on a database of its own, running until the
 // test ends.
 func runningService(t *testing.T) (*event.Service, *pgxpool.Pool) {

@@ -51,6 +51,17 @@ func NewService(pool *pgxpool.Pool, rdb redis.UniversalClient, redisPrefix strin
 		filters: newFilterViews(pool, log)}
 }
 
+// WithCommitWindow sets how long a publish waits for other events to
+// share its commit (DefaultCommitWindow unless set): a longer window makes
+// fewer, larger commits, less work for Postgres per event, at the cost of
+// up to that long more before each publish is answered. 0: no publish
+// waits for company, and a commit takes only the events already waiting.
+// Call it before Run.
+func (s *Service) WithCommitWindow(d time.Duration) *Service {
+	s.commits.window(d)
+	return s
+}
+
 // WithTracer makes the service trace publishes and replays with t. Call it
 // before Run.
 func (s *Service) WithTracer(t tracing.Tracer) *Service {

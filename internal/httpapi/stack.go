@@ -52,7 +52,7 @@ func NewStack(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient, 
 	}
 	pub := queue.NewPublisher(amqp, queue.Topology{Prefix: cfg.AMQP.Prefix, Shards: cfg.AMQP.Shards}, publisherChannels)
 	dispatcher := outbox.NewDispatcher(pool, pub, log)
-	events := event.NewService(pool, rdb, cfg.Redis.KeyPrefix, dispatcher, log)
+	events := event.NewService(pool, rdb, cfg.Redis.KeyPrefix, dispatcher, log).WithCommitWindow(cfg.API.CommitWindow.D())
 	return &Stack{
 		Publisher:  pub,
 		Dispatcher: dispatcher,

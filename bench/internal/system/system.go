@@ -59,6 +59,9 @@ type Options struct {
 	Guard bool
 	// Tracer traces the api and the workers; the zero Tracer: tracing off.
 	Tracer tracing.Tracer
+	// CommitWindow, when set, replaces the api's default commit window
+	// (api.commit_window).
+	CommitWindow *time.Duration
 }
 
 // Start brings an api up on a loopback port, with workers when asked.
@@ -92,6 +95,9 @@ func Start(ctx context.Context, opts ...Options) (*System, error) {
 	cfg.Defaults.TenantPublishRateLimit.Burst = 1_000_000
 	cfg.Defaults.TenantRateLimit.RequestsPerMinute = 10_000_000
 	cfg.Defaults.TenantRateLimit.Burst = 1_000_000
+	if o.CommitWindow != nil {
+		cfg.API.CommitWindow = config.Duration(*o.CommitWindow)
+	}
 
 	pool, err := db.Open(ctx, dbURL, 32)
 	if err != nil {
