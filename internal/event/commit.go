@@ -13,6 +13,7 @@ import (
 	"github.com/hookline/hookline/internal/batch"
 	"github.com/hookline/hookline/internal/db"
 	"github.com/hookline/hookline/internal/history"
+	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/tracing"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -153,7 +154,11 @@ func (c *committer) prepare(ctx context.Context, conn *pgx.Conn) error {
 }
 
 func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, error) {
-	return make([]struct{}, len(batch)), c.exec(ctx, c.hot, batch)
+	if err := c.exec(ctx, c.hot, batch); err != nil {
+		return nil, err
+	}
+	metrics.PublishCommitEvents.Observe(float64(len(batch)))
+	return make([]struct{}, len(batch)), nil
 }
 
 // batchSender runs a pgx.Batch: a pool, or one of its connections.

@@ -11,11 +11,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/event"
 	"github.com/hookline/hookline/internal/fielderr"
+	"github.com/hookline/hookline/internal/metrics"
 	"github.com/hookline/hookline/internal/webhook"
 	"github.com/hookline/hookline/internal/wire"
 )
@@ -259,9 +261,12 @@ func TestPublishedDeliveriesAreCountedOnce(t *testing.T) {
 // they share their row's transaction id. With the default window (5 ms,
 // waiting only while publishes come under 3.75 ms apart) each would
 // commit alone.
+// The commits are counted in hookline_publish_commit_events; the test
+// does not run in parallel with the others, whose commits would count
+// there too.
 func TestCommitWindowSharesCommitsBetweenSpacedPublishes(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
+	countBefore, sumBefore := commitEvents(t)
 	pool := dbtest.New(t)
 	svc := event.NewService(pool, nil, "", discard{}, slog.New(slog.DiscardHandler)).WithCommitWindow(80 * time.Millisecond)
 	runService(t, svc)
@@ -285,6 +290,18 @@ func TestCommitWindowSharesCommitsBetweenSpacedPublishes(t *testing.T) {
 		tenant).Scan(&events, &commits))
 	require.Equal(t, n, events)
 	require.LessOrEqual(t, commits, n/3, "%d events in %d commits", events, commits)
+	count, sum := commitEvents(t)
+	require.Equal(t, uint64(commits), count-countBefore)
+	require.Equal(t, float64(n), sum-sumBefore)
+}
+
+// commitEvents reads hookline_publish_commit_events: commits observed and
+// the events they held.
+func commitEvents(t *testing.T) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, metrics.PublishCommitEvents.Write(&m))
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 // runningService is a Service on a database of its own, running until the

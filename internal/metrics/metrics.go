@@ -56,6 +56,11 @@ var (
 		Help:    "Time to accept an event: validation, idempotency check and the durable commit.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
 	})
+	PublishCommitEvents = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "publish_commit_events",
+		Help:    "Events per group commit of single publishes (HTTP and the publish queue); api.commit_window makes them larger.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+	})
 	DeliveriesCreated = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "deliveries_created_total",
 		Help: "Deliveries created by fan-out.",
