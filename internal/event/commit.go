@@ -100,11 +100,12 @@ func (c *committer) window(d time.Duration) {
 	}
 }
 
-// submit commits p with the others waiting and fills its results. Once submitted, the commit is
-// not the caller's to cancel: a request whose client gives up after its
-// event is queued still learns the real outcome (and a committed event is
-// never reported as failed, which would invite a retry that publishes it
-// twice). commitWait bounds the wait, should the committer have stopped.
+// submit commits p with the others waiting and fills its results. Once
+// submitted, the commit is not the caller's to cancel: a request whose
+// client gives up after its event is queued still learns the real outcome
+// (and a committed event is never reported as failed, which would invite
+// a retry that publishes it twice). commitWait bounds the wait, should the
+// committer have stopped.
 func (c *committer) submit(ctx context.Context, p *pending) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitWait)
 	defer cancel()
