@@ -196,6 +196,7 @@ func TestWorkerRoleGrants(t *testing.T) {
 		{`SELECT drop_event_partition('events_default')`, false},
 		{`SELECT drop_delivery_partition('deliveries_before')`, false},
 		{`SELECT retire_delivery_partition('deliveries_before', 0)`, false},
+		{`SELECT prepare_delivery_swap('deliveries_before', 0)`, false},
 		{`INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority) VALUES (uuidv7(), '{tenant}', '{event}', '{webhook}', 'high')`, true},
 		{`SELECT ensure_attempt_partitions(14)`, true},
 		// What counts towards disabling a failing webhook, and nothing else
@@ -261,6 +262,7 @@ func TestAPIRoleGrants(t *testing.T) {
 		{`SELECT drop_event_partition('events_default')`, false},
 		{`SELECT drop_delivery_partition('deliveries_before')`, false},
 		{`SELECT retire_delivery_partition('deliveries_before', 0)`, false},
+		{`SELECT prepare_delivery_swap('deliveries_before', 0)`, false},
 		// Pausing and enabling a webhook records its disabled periods.
 		{`UPDATE webhooks SET active = false, disabled_reason = 'manual', disabled_at = now() WHERE id = '{webhook}'`, true},
 		{`SELECT * FROM disable_failing_webhooks(1, 10)`, false},
@@ -359,8 +361,12 @@ func TestDLQRoleGrants(t *testing.T) {
 		{`SELECT drop_delivery_partition('events_default')`, false},
 		{`SELECT retire_delivery_partition('deliveries_default', 0)`, false},
 		{`SELECT retire_delivery_partition('events_default', 0)`, false},
+		{`SELECT prepare_delivery_swap('deliveries_default', 0)`, false},
+		{`SELECT prepare_delivery_swap('events_default', 0)`, false},
 		// A partition with more to keep than it moves is swapped for one
-		// of its kept deliveries (migration 34).
+		// of its kept deliveries (migration 34), prepared before
+		// (migration 37).
+		{`SELECT prepare_delivery_swap('deliveries_before', -1)`, true},
 		{`SELECT retire_delivery_partition('deliveries_before', -1)`, true},
 		{`SELECT drop_delivery_partition('deliveries_before')`, true},
 		{`DROP TABLE deliveries_before`, false},

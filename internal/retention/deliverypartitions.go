@@ -35,8 +35,15 @@ func (j *Job) dropDeliveryPartitions(ctx context.Context, c cutoffs, rep *Report
 // most lockTimeout for the lock of deliveries, which it holds until the
 // week's kept deliveries are in the default partition or the week's
 // partition of them is attached; then drops it in another, holding no
-// lock but the detached table's while its files are removed.
+// lock but the detached table's while its files are removed. A week with
+// many to keep has its partition of them prepared first, in a transaction
+// of its own, so that its foreign keys hold the writers of the tables they
+// refer to (the worker's attempt records among them) only until that
+// commits, not through the wait for the lock.
 func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Report) error {
+	if err := j.prepareDeliverySwap(ctx, name); err != nil {
+		return err
+	}
 	tx, err := j.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("drop delivery partition %s: %w", name, err)
@@ -109,4 +116,25 @@ func idTime(id uuid.UUID) time.Time {
 		ms = ms<<8 | int64(b)
 	}
 	return time.UnixMilli(ms).UTC()
+}
+
+// prepareDeliverySwap makes, and commits, the partition of week name's
+// kept deliveries when they are more than moveAtMost (see the function in
+// migration 37); nothing otherwise.
+func (j *Job) prepareDeliverySwap(ctx context.Context, name string) error {
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("prepare delivery partition %s: %w", name, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("prepare delivery partition %s: %w", name, err)
+	}
+	if _, err := tx.Exec(ctx, prepareDeliverySwapSQL, name, j.moveAtMost); err != nil {
+		return fmt.Errorf("prepare delivery partition %s: %w", name, lockError(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("prepare delivery partition %s: commit: %w", name, err)
+	}
+	return nil
 }

@@ -135,6 +135,17 @@ func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND relation = 'deliveries'::regclass`) == 1
 	}, "the job waits for the lock of deliveries")
+	// Meanwhile the tables its partition's foreign keys refer to take
+	// writes: the worker's attempt records write webhooks.
+	for _, table := range []string{"tenants", "webhooks", "batch_operations"} {
+		require.NoError(t, pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(f.ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(f.ctx, `UPDATE `+table+` SET id = id WHERE false`)
+			return err
+		}), "%s written while the job waits for the lock", table)
+	}
 	require.NoError(t, worker.Commit(f.ctx))
 	res := <-done
 	require.NoError(t, res.err)
@@ -191,6 +202,42 @@ func TestOnceSwapsAWeekOfManyKeptDeliveriesForAPartitionOfThem(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, []uuid.UUID{changing, exhausted}, ids)
 	require.Equal(t, [2]int{1, 0}, f.deadLetters())
+}
+
+// A run that stopped between preparing a week's partition of kept
+// deliveries and swapping it in left that partition and its versions
+// behind: the next run swaps the week all the same, with the rows as they
+// are then, and leaves no versions behind.
+func TestOnceSwapsAWeekAStoppedRunPrepared(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	now := time.Now().UTC()
+	old := now.Truncate(24 * time.Hour).Add(-100*24*time.Hour + 12*time.Hour)
+	week := f.deliveryWeek(old)
+	f.eventWeek(old)
+	f.partition(old)
+	exhausted := f.delivery(f.event(old), old, "exhausted", nil, 1)
+	changing := f.delivery(f.event(old), old, "retrying", nil, 1)
+	done := f.delivery(f.event(old), old, "succeeded", nil, 1)
+	var prepared int64
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT prepare_delivery_swap($1::regclass, 1)`, week).Scan(&prepared))
+	require.Equal(t, int64(2), prepared)
+	kept := week + "_kept"
+	require.True(t, f.exists(kept) && f.exists(kept+"_versions"))
+	_, err := f.pool.Exec(f.ctx, `UPDATE deliveries SET attempt_count = 4 WHERE id = $1`, changing)
+	require.NoError(t, err)
+
+	job := f.job()
+	job.moveAtMost = 1
+	rep, err := job.Once(f.ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rep.DeliveryPartitions)
+	require.Equal(t, int64(2), rep.DeliveriesKept)
+	require.False(t, f.exists(week) || f.exists(kept+"_versions"))
+	require.Equal(t, 1, f.count(`SELECT count(*) FROM pg_inherits WHERE inhrelid = $1::regclass AND inhparent = 'deliveries'::regclass`, kept))
+	require.Equal(t, 4, f.count(`SELECT attempt_count FROM `+kept+` WHERE id = $1`, changing), "the change made after the preparation")
+	require.True(t, f.deliveryExists(exhausted))
+	require.False(t, f.deliveryExists(done))
 }
 
 // A week of deliveries whose lock is not obtained in time stays, whole,

@@ -307,13 +307,15 @@ WHERE i.inhparent = 'deliveries'::regclass AND c.relname ~ '^deliveries_[0-9]{8}
 UNION ALL SELECT NULL
 ORDER BY lo NULLS LAST LIMIT 1`
 
-// retireDeliveryPartitionSQL detaches the partition $1, moving its kept
-// deliveries to the default partition when there are at most $2 of them,
-// or swaps it for a partition of its kept ones (see the functions in
-// migrations 33 and 34), and returns how many it kept, NULL when it left
-// a partition of kept deliveries as it was; dropDetachedSQL drops the
-// detached ones.
+// prepareDeliverySwapSQL makes the partition of the week $1's kept
+// deliveries when there are more than $2 of them. retireDeliveryPartitionSQL
+// detaches the partition $1, moving its kept deliveries to the default
+// partition when there are at most $2 of them, or swaps it for the
+// partition of its kept ones (see the functions in migrations 33, 34 and
+// 37), and returns how many it kept, NULL when it left a partition of kept
+// deliveries as it was; dropDetachedSQL drops the detached ones.
 const (
+	prepareDeliverySwapSQL     = `SELECT prepare_delivery_swap($1::regclass, $2)`
 	retireDeliveryPartitionSQL = `SELECT retire_delivery_partition($1::regclass, $2)`
 	dropDetachedSQL            = `SELECT drop_detached_deliveries()`
 )
