@@ -14,7 +14,7 @@ import (
 // in flight, the exhausted ones and the retries move to the default
 // partition first when they are few (moveAtMost); when they are more, the
 // week is swapped for a partition of them, named after it with _kept,
-// copied before the lock (see the functions in migrations 33 and 34).
+// copied before the lock (see the functions in migrations 33, 34 and 37).
 // pruneDeliveries deletes them there once they are done with. A _kept
 // partition goes the same way once it keeps at most moveAtMost. A week
 // whose lock is not obtained in time is left for the next run.
