@@ -116,3 +116,5 @@ BEGIN
     EXECUTE format('ALTER FUNCTION retire_delivery_partition(regclass, bigint) SET search_path = %I, pg_temp', current_schema());
     EXECUTE format('ALTER FUNCTION drop_detached_deliveries() SET search_path = %I, pg_temp', current_schema());
 END $$;
+DROP FUNCTION kept_deliveries_query(regclass, text);
+DROP FUNCTION delivery_partition_bounds(regclass);

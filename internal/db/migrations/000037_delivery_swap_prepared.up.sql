@@ -19,17 +19,12 @@
 -- without a prepared partition, it prepares one in its own transaction,
 -- as before. A prepared partition left by a run that stopped between the
 -- two is dropped by drop_detached_deliveries, and prepared again.
-CREATE FUNCTION prepare_delivery_swap(part regclass, move_at_most bigint) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER AS $$
-DECLARE
-    hi uuid;
-    lo uuid;
-    name text;
-    kept_name text;
-    versions_name text;
-    kept bigint;
-    kept_of text;
-    r record;
+-- The name and bounds of part, a range partition of deliveries (an
+-- exception for any other table), and the query of its deliveries to keep
+-- (in flight, exhausted, or retrying another), selecting cols of each (t):
+-- for the two functions below.
+CREATE FUNCTION delivery_partition_bounds(part regclass, OUT name text, OUT lo uuid, OUT hi uuid)
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
     SELECT c.relname,
            substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$FROM \('([^']+)'\)$r$)::uuid,
@@ -40,6 +35,29 @@ BEGIN
     IF hi IS NULL THEN
         RAISE EXCEPTION '% is not a range partition of deliveries', part USING ERRCODE = 'insufficient_privilege';
     END IF;
+END $$;
+
+CREATE FUNCTION kept_deliveries_query(part regclass, cols text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT format('SELECT %2$s FROM %1$s t WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
+        UNION ALL SELECT %2$s FROM %1$s t WHERE status = ''exhausted''
+        UNION ALL SELECT %2$s FROM %1$s t WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')', part, cols)
+$$;
+REVOKE EXECUTE ON FUNCTION delivery_partition_bounds(regclass) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION kept_deliveries_query(regclass, text) FROM PUBLIC;
+
+CREATE FUNCTION prepare_delivery_swap(part regclass, move_at_most bigint) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    hi uuid;
+    lo uuid;
+    name text;
+    kept_name text;
+    versions_name text;
+    kept bigint;
+    r record;
+BEGIN
+    SELECT b.name, b.lo, b.hi INTO name, lo, hi FROM delivery_partition_bounds(part) b;
     IF name !~ '^deliveries_([0-9]{8}|before)$' THEN
         RETURN NULL; -- a partition of kept deliveries is never swapped
     END IF;
@@ -47,10 +65,7 @@ BEGIN
     versions_name := name || '_kept_versions';
     -- One prepared before by a run that stopped short.
     EXECUTE format('DROP TABLE IF EXISTS %I, %I', kept_name, versions_name);
-    kept_of := 'SELECT %2$s FROM %1$s t WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
-        UNION ALL SELECT %2$s FROM %1$s t WHERE status = ''exhausted''
-        UNION ALL SELECT %2$s FROM %1$s t WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')';
-    EXECUTE 'SELECT count(*) FROM (' || format(kept_of, part, 't.id') || ') k' INTO kept;
+    EXECUTE 'SELECT count(*) FROM (' || kept_deliveries_query(part, 't.id') || ') k' INTO kept;
     IF kept <= move_at_most THEN
         RETURN NULL; -- few enough to move under the lock
     END IF;
@@ -60,7 +75,7 @@ BEGIN
     -- One statement, so that the copy and the versions are of one
     -- snapshot.
     EXECUTE format('WITH k AS MATERIALIZED (%s), copied AS (INSERT INTO %I SELECT (k.kept_row).* FROM k)
-        INSERT INTO %I SELECT (k.kept_row).id, k.v FROM k', format(kept_of, part, 't AS kept_row, t.xmin AS v'),
+        INSERT INTO %I SELECT (k.kept_row).id, k.v FROM k', kept_deliveries_query(part, 't AS kept_row, t.xmin AS v'),
         kept_name, versions_name);
     EXECUTE format('INSERT INTO retention_kept (step, id) SELECT ''deliveries'', id FROM %I ON CONFLICT DO NOTHING', versions_name);
     -- What the attach would otherwise check under the lock: the range by
@@ -87,18 +102,9 @@ DECLARE
     kept_name text;
     versions_name text;
     kept bigint;
-    kept_ids text;
     r record;
 BEGIN
-    SELECT c.relname,
-           substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$FROM \('([^']+)'\)$r$)::uuid,
-           substring(pg_get_expr(c.relpartbound, c.oid) FROM $r$TO \('([^']+)'\)$r$)::uuid
-    INTO name, lo, hi
-    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhrelid = part AND i.inhparent = 'deliveries'::regclass;
-    IF hi IS NULL THEN
-        RAISE EXCEPTION '% is not a range partition of deliveries', part USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    SELECT b.name, b.lo, b.hi INTO name, lo, hi FROM delivery_partition_bounds(part) b;
     IF name !~ '^deliveries_([0-9]{8}|before)$' THEN
         -- A partition of kept deliveries, which retention empties one by
         -- one: it goes once it holds few, whatever they are, and is not
@@ -126,10 +132,7 @@ BEGIN
 
     -- The partitioned table first, as in drop_delivery_partition.
     LOCK TABLE ONLY deliveries IN ACCESS EXCLUSIVE MODE;
-    kept_ids := format('SELECT t.id, t.xmin AS v FROM %1$s t WHERE status IN (''pending'', ''retrying'') AND webhook_id IS NOT NULL
-        UNION ALL SELECT t.id, t.xmin AS v FROM %1$s t WHERE status = ''exhausted''
-        UNION ALL SELECT t.id, t.xmin AS v FROM %1$s t WHERE retry_of IS NOT NULL AND status IN (''succeeded'', ''cancelled'')', part);
-    EXECUTE 'CREATE TEMPORARY TABLE kept_now ON COMMIT DROP AS ' || kept_ids;
+    EXECUTE 'CREATE TEMPORARY TABLE kept_now ON COMMIT DROP AS ' || kept_deliveries_query(part, 't.id, t.xmin AS v');
     -- The rows changed or gone since the copy, and the ones now kept
     -- that it lacks: out of the copy, and in again as they are now.
     EXECUTE format('CREATE TEMPORARY TABLE kept_changed ON COMMIT DROP AS
