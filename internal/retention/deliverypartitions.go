@@ -50,7 +50,7 @@ func (j *Job) dropDeliveryPartition(ctx context.Context, name string, rep *Repor
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
+	if err := j.limitLockWait(ctx, tx); err != nil {
 		return fmt.Errorf("drop delivery partition %s: %w", name, err)
 	}
 	var kept *int64
@@ -127,7 +127,7 @@ func (j *Job) prepareDeliverySwap(ctx context.Context, name string) error {
 		return fmt.Errorf("prepare delivery partition %s: %w", name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
+	if err := j.limitLockWait(ctx, tx); err != nil {
 		return fmt.Errorf("prepare delivery partition %s: %w", name, err)
 	}
 	if _, err := tx.Exec(ctx, prepareDeliverySwapSQL, name, j.moveAtMost); err != nil {
@@ -137,4 +137,11 @@ func (j *Job) prepareDeliverySwap(ctx context.Context, name string) error {
 		return fmt.Errorf("prepare delivery partition %s: commit: %w", name, err)
 	}
 	return nil
+}
+
+// limitLockWait makes tx wait at most lockTimeout for each lock it takes
+// from now on.
+func (j *Job) limitLockWait(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds()))
+	return err
 }

@@ -41,7 +41,7 @@ func (j *Job) dropEventPartition(ctx context.Context, name string, rep *Report) 
 	if _, err := tx.Exec(ctx, eventlog.LockDropsSQL); err != nil {
 		return fmt.Errorf("drop event partition %s: %w", name, err)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
+	if err := j.limitLockWait(ctx, tx); err != nil {
 		return fmt.Errorf("drop event partition %s: %w", name, err)
 	}
 	var kept int64

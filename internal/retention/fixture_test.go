@@ -129,6 +129,13 @@ func (f *fixture) deliveryWeek(at time.Time) string {
 	return f.week("deliveries", at)
 }
 
+// weekPartitions makes the week of deliveries and of events holding at,
+// and at's day of attempts, and returns their names.
+func (f *fixture) weekPartitions(at time.Time) (deliveries, events, attempts string) {
+	f.t.Helper()
+	return f.deliveryWeek(at), f.eventWeek(at), f.partition(at)
+}
+
 // week creates parent's partition for the week (from Monday, UTC) that at
 // falls in, and returns its name.
 func (f *fixture) week(parent string, at time.Time) string {

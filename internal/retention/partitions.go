@@ -98,7 +98,7 @@ func (j *Job) dropPartition(ctx context.Context, p partition, rep *Report) error
 	}
 	copied := tag.RowsAffected()
 
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", j.lockTimeout.Milliseconds())); err != nil {
+	if err := j.limitLockWait(ctx, tx); err != nil {
 		return fmt.Errorf("drop partition %s: %w", p.name, err)
 	}
 	if _, err := tx.Exec(ctx, lockAttemptsSQL); err != nil {
