@@ -148,10 +148,15 @@ func (c *committer) run(ctx context.Context) error {
 	return c.batch.Run(ctx)
 }
 
-// prepare runs the publish statement on a new connection of the hot
-// pool, with no event to insert.
+// prepare runs both forms of the publish statement on a new connection of
+// the hot pool, with no event to insert.
 func (c *committer) prepare(ctx context.Context, conn *pgx.Conn) error {
-	return c.exec(ctx, conn, nil)
+	for _, sql := range []string{publishSQL, publishOwnKeysSQL} {
+		if err := c.send(ctx, conn, sql, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *committer) commit(ctx context.Context, batch []*pending) ([]struct{}, error) {
@@ -167,10 +172,26 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// exec commits batch by publishSQL, and counts the deliveries it created
-// in the tally (the statement keeps the rollup triggers from counting
-// them: history.MarkTallied).
+// exec commits batch by publishOwnKeysSQL when every event of it has its
+// own generated key, by publishSQL otherwise.
 func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) error {
+	return c.send(ctx, q, publishStatementFor(batch), batch)
+}
+
+// publishStatementFor is the form of the publish statement batch needs.
+func publishStatementFor(batch []*pending) string {
+	for _, p := range batch {
+		if p.claim != p.id {
+			return publishSQL
+		}
+	}
+	return publishOwnKeysSQL
+}
+
+// send commits batch by sql (publishSQL or publishOwnKeysSQL), and counts
+// the deliveries it created in the tally (the statement keeps the rollup
+// triggers from counting them: history.MarkTallied).
+func (c *committer) send(ctx context.Context, q batchSender, sql string, batch []*pending) error {
 	n := len(batch)
 	ids, tenants := make([]uuid.UUID, n), make([]uuid.UUID, n)
 	types, sources, keys := make([]string, n), make([]string, n), make([]string, n)
@@ -201,7 +222,7 @@ func (c *committer) exec(ctx context.Context, q batchSender, batch []*pending) e
 	}
 	b := &pgx.Batch{}
 	history.MarkTallied(b)
-	b.Queue(publishSQL, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
+	b.Queue(sql, ids, tenants, types, sources, keys, hashes, prios, data, corr, created,
 		parents, states, views.of(batch), views.numbers, views.tenants, views.knownView, views.knownHook, views.knownVersion,
 		refusedEvents, refusedHooks, claims)
 	results := q.SendBatch(ctx, b)
