@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookline/hookline/internal/db/dbtest"
 	"github.com/hookline/hookline/internal/history"
@@ -27,40 +28,9 @@ import (
 //
 //	go test -run '^$' -bench PublishCommit ./internal/event/
 func BenchmarkPublishCommit(b *testing.B) {
-	ctx := context.Background()
-	pool := dbtest.New(b)
-	tenant := uuid.New()
-	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-		VALUES ($1, 'bench', 1000, 100, 1000, 100)`, tenant); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-		VALUES ($1, $2, 'https://example.com/hook', '{*}', 'unused', '{}', '{}', '{}')`, uuid.New(), tenant); err != nil {
-		b.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := backendCPU(pid); err != nil {
-		b.Skipf("Postgres's process is not readable here: %v", err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	c := &committer{pool: pool, hot: pool, tally: history.NewTally(pool, log), log: log}
-	data := json.RawMessage(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)
-	view := &filterView{tenantID: tenant}
+	cb := newCommitBench(b)
 	commit := func(events int) {
-		batch := make([]*pending, events)
-		for i := range batch {
-			batch[i] = newPending(tenant, Request{EventType: "bench.created", Data: data, Priority: "normal"}, make([]byte, 32), time.Now())
-			batch[i].view = view
-		}
-		if err := c.exec(ctx, conn.Conn(), batch); err != nil {
+		if err := cb.publish(events, false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,16 +39,77 @@ func BenchmarkPublishCommit(b *testing.B) {
 			for range 100 {
 				commit(events) // the plans cached, as on a running api
 			}
-			before, _ := backendCPU(pid)
+			before, _ := backendCPU(cb.pid)
 			for b.Loop() {
 				commit(events)
 			}
-			after, _ := backendCPU(pid)
+			after, _ := backendCPU(cb.pid)
 			us := float64((after - before).Microseconds())
 			b.ReportMetric(us/float64(b.N), "pg-us/commit")
 			b.ReportMetric(us/float64(b.N*events), "pg-us/event")
 		})
 	}
+}
+
+// commitBench is a tenant with one webhook subscribed to every event, and
+// a connection of its own to publish on, whose Postgres process's CPU is
+// read from /proc.
+type commitBench struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	tenant uuid.UUID
+	conn   *pgxpool.Conn
+	pid    int
+	c      *committer
+	data   json.RawMessage
+}
+
+// newCommitBench makes a commitBench on a database of its own; it skips b
+// when Postgres's processes are not readable here.
+func newCommitBench(b *testing.B) *commitBench {
+	ctx := context.Background()
+	pool := dbtest.New(b)
+	cb := &commitBench{ctx: ctx, pool: pool, tenant: uuid.New(),
+		data: json.RawMessage(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)}
+	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
+		VALUES ($1, 'bench', 1000, 100, 1000, 100)`, cb.tenant); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
+		VALUES ($1, $2, 'https://example.com/hook', '{*}', 'unused', '{}', '{}', '{}')`, uuid.New(), cb.tenant); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(conn.Release)
+	cb.conn = conn
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&cb.pid); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := backendCPU(cb.pid); err != nil {
+		b.Skipf("Postgres's process is not readable here: %v", err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	cb.c = &committer{pool: pool, hot: pool, tally: history.NewTally(pool, log), log: log}
+	return cb
+}
+
+// publish commits n events of 1 KiB on the connection, each with a
+// producer's key when keyed.
+func (cb *commitBench) publish(n int, keyed bool) error {
+	view := &filterView{tenantID: cb.tenant}
+	batch := make([]*pending, n)
+	for i := range batch {
+		r := Request{EventType: "bench.created", Data: cb.data, Priority: "normal"}
+		if keyed {
+			r.IdempotencyKey = uuid.NewString()
+		}
+		batch[i] = newPending(cb.tenant, r, make([]byte, 32), time.Now())
+		batch[i].view = view
+	}
+	return cb.c.exec(cb.ctx, cb.conn.Conn(), batch)
 }
 
 // BenchmarkPublishCommitParts splits what a group commit costs Postgres
@@ -106,36 +137,15 @@ func BenchmarkPublishCommit(b *testing.B) {
 //
 //	go test -run '^$' -bench PublishCommitParts ./internal/event/
 func BenchmarkPublishCommitParts(b *testing.B) {
-	ctx := context.Background()
-	pool := dbtest.New(b)
-	tenant := uuid.New()
-	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name, rate_limit_rpm, rate_limit_burst, publish_rps, publish_burst)
-		VALUES ($1, 'bench', 1000, 100, 1000, 100)`, tenant); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO webhooks (id, tenant_id, url, events, secret, retry_config, circuit_breaker_config, rate_limit)
-		VALUES ($1, $2, 'https://example.com/hook', '{*}', 'unused', '{}', '{}', '{}')`, uuid.New(), tenant); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE bench_floor (id uuid PRIMARY KEY, data text);
+	cb := newCommitBench(b)
+	ctx, conn := cb.ctx, cb.conn
+	if _, err := cb.pool.Exec(ctx, `CREATE TABLE bench_floor (id uuid PRIMARY KEY, data text);
 		CREATE TABLE bench_narrow (id uuid PRIMARY KEY, tenant_id uuid NOT NULL, event_id uuid NOT NULL, webhook_id uuid NOT NULL,
 			priority text NOT NULL, status text NOT NULL DEFAULT 'pending', attempt_count int NOT NULL DEFAULT 0,
 			next_attempt_at timestamptz, enqueued_at timestamptz, created_at timestamptz NOT NULL DEFAULT now());
 		CREATE INDEX ON bench_narrow (webhook_id, id);
 		CREATE INDEX ON bench_narrow (coalesce(next_attempt_at, created_at)) WHERE enqueued_at IS NULL`); err != nil {
 		b.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	var pid int
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := backendCPU(pid); err != nil {
-		b.Skipf("Postgres's process is not readable here: %v", err)
 	}
 	// As the publish's batch does (history.MarkTallied), and planned once:
 	// the parts' row counts are parameters.
@@ -154,30 +164,14 @@ func BenchmarkPublishCommitParts(b *testing.B) {
     INSERT INTO deliveries (id, tenant_id, event_id, webhook_id, priority)
     SELECT uuidv7(), e.tenant_id, e.id, w.id, e.priority FROM e JOIN webhooks w ON w.tenant_id = e.tenant_id`},
 	}
-	log := slog.New(slog.DiscardHandler)
-	c := &committer{pool: pool, hot: pool, tally: history.NewTally(pool, log), log: log}
-	data := `{"pad":"` + strings.Repeat("x", 1000) + `"}`
-	view := &filterView{tenantID: tenant}
-	publish := func(n int, keyed bool) error {
-		batch := make([]*pending, n)
-		for i := range batch {
-			r := Request{EventType: "bench.created", Data: json.RawMessage(data), Priority: "normal"}
-			if keyed {
-				r.IdempotencyKey = uuid.NewString()
-			}
-			batch[i] = newPending(tenant, r, make([]byte, 32), time.Now())
-			batch[i].view = view
-		}
-		return c.exec(ctx, conn.Conn(), batch)
-	}
 	// timed runs f and adds the CPU it cost the connection's process to
 	// *total.
 	timed := func(total *time.Duration, f func() error) {
-		before, _ := backendCPU(pid)
+		before, _ := backendCPU(cb.pid)
 		if err := f(); err != nil {
 			b.Fatal(err)
 		}
-		after, _ := backendCPU(pid)
+		after, _ := backendCPU(cb.pid)
 		*total += after - before
 	}
 	for _, n := range []int{1, 3, 6} {
@@ -185,10 +179,10 @@ func BenchmarkPublishCommitParts(b *testing.B) {
 			totals := make([]time.Duration, len(parts)+2)
 			round := func() {
 				for i, p := range parts {
-					timed(&totals[i], func() error { _, err := conn.Exec(ctx, p.sql, tenant, data, n); return err })
+					timed(&totals[i], func() error { _, err := conn.Exec(ctx, p.sql, cb.tenant, string(cb.data), n); return err })
 				}
-				timed(&totals[len(parts)], func() error { return publish(n, false) })
-				timed(&totals[len(parts)+1], func() error { return publish(n, true) })
+				timed(&totals[len(parts)], func() error { return cb.publish(n, false) })
+				timed(&totals[len(parts)+1], func() error { return cb.publish(n, true) })
 			}
 			for range 100 {
 				round() // the plans cached, as on a running api
